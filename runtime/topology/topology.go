@@ -1,0 +1,172 @@
+// Package topology is queuey's model of the broker: the name of every queue of
+// a queue set, the arguments each is declared with, how delays round to hold
+// queues, and the checks a set must pass before anything is declared.
+//
+// The Terraform provider and the Go runtime both compute names and arguments
+// here and nowhere else. RabbitMQ refuses a declaration whose arguments differ
+// from the existing queue's (PRECONDITION_FAILED), so two computations that
+// disagreed by one argument, or by an integer sent as a string, would deadlock
+// the provider and the application against each other.
+//
+// The package does no I/O.
+package topology
+
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Queue arguments. The ones amqp091-go already names are re-exported so that
+// callers need one import for all of them.
+const (
+	// ArgMaxPriority makes a classic queue a priority queue with levels
+	// 0..value. RabbitMQ delivers higher numbers first.
+	ArgMaxPriority = "x-max-priority"
+	// ArgMessageTTL expires messages after the value in milliseconds.
+	ArgMessageTTL = amqp.QueueMessageTTLArg
+	// ArgExpires deletes a queue that has been unused for the value in
+	// milliseconds; a redeclaration counts as use.
+	ArgExpires = amqp.QueueTTLArg
+	// ArgDeadLetterExchange is where expired messages are republished.
+	ArgDeadLetterExchange = "x-dead-letter-exchange"
+	// ArgDeadLetterRoutingKey is the routing key expired messages are
+	// republished with.
+	ArgDeadLetterRoutingKey = "x-dead-letter-routing-key"
+)
+
+// Message headers queuey sets.
+const (
+	// HeaderDeferrals counts how often a job was deferred.
+	HeaderDeferrals = "x-deferrals"
+	// HeaderAttempt is the 1-based attempt the message will be handled as.
+	HeaderAttempt = "x-attempt"
+	// HeaderDeathReason says why a job was dead-lettered.
+	HeaderDeathReason = "x-death-reason"
+	// HeaderOriginalQueue names the work queue a dead letter came from.
+	HeaderOriginalQueue = "x-original-queue"
+	// HeaderAttempts is how many attempts a dead letter had.
+	HeaderAttempts = "x-attempts"
+)
+
+const (
+	// DeadSuffix follows a work queue's name to name its dead-letter queue.
+	DeadSuffix = ".dead"
+	// HoldInfix follows a work queue's name, before the TTL in milliseconds,
+	// to name a hold queue.
+	HoldInfix = ".deferred."
+
+	// MaxNameBytes is the longest AMQP short string, and so the longest queue
+	// name.
+	MaxNameBytes = 255
+	// maxTTLDigits is the widest TTL a hold-queue name can carry.
+	maxTTLDigits = 10
+	// MaxWorkNameBytes is the longest work-queue name whose every hold-queue
+	// name still fits in MaxNameBytes.
+	MaxWorkNameBytes = MaxNameBytes - len(HoldInfix) - maxTTLDigits
+
+	// MaxHoldTTL is the longest delay a hold queue can carry, in
+	// milliseconds: x-expires is twice the TTL and RabbitMQ caps it at
+	// 2^32-1 ms.
+	MaxHoldTTL int64 = 2147483647
+	// MaxMessageTTL is the largest x-message-ttl RabbitMQ accepts, in
+	// milliseconds.
+	MaxMessageTTL int64 = 4294967295
+
+	// DefaultMaxPriority is a work queue's x-max-priority unless configured.
+	DefaultMaxPriority = 10
+	// MaxPriorityLimit is the largest x-max-priority RabbitMQ accepts.
+	MaxPriorityLimit = 255
+	// DefaultGranularity is the step delays are rounded up to.
+	DefaultGranularity = time.Second
+)
+
+// Queue is one logical queue of a set, with every default already resolved.
+type Queue struct {
+	// Name is the logical name; the work queue is prefix + "." + Name.
+	Name string
+	// MaxPriority is the work queue's x-max-priority; 0 means the queue is
+	// not a priority queue and gets no such argument.
+	MaxPriority int
+	// MessageTTL is the work queue's x-message-ttl; 0 means none. It must be
+	// a whole number of milliseconds.
+	MessageTTL time.Duration
+	// Durable says whether the work and hold queues survive a broker
+	// restart. The dead-letter queue is durable whatever this says.
+	Durable bool
+}
+
+// Set is a prefix and the logical queues under it.
+type Set struct {
+	Prefix string
+	Queues []Queue
+}
+
+// WorkName is the name of the work queue of logical queue name under prefix.
+func WorkName(prefix, name string) string { return prefix + "." + name }
+
+// DeadName is the name of the dead-letter queue of work queue work.
+func DeadName(work string) string { return work + DeadSuffix }
+
+// HoldName is the name of the hold queue that returns messages to work after
+// ttlMs milliseconds.
+func HoldName(work string, ttlMs int64) string {
+	return work + HoldInfix + strconv.FormatInt(ttlMs, 10)
+}
+
+// ParseHoldName splits a hold-queue name into its work queue and TTL. It
+// reports false for any name HoldName cannot produce.
+func ParseHoldName(name string) (work string, ttlMs int64, ok bool) {
+	i := strings.LastIndex(name, HoldInfix)
+	if i <= 0 {
+		return "", 0, false
+	}
+	digits := name[i+len(HoldInfix):]
+	if digits == "" || len(digits) > maxTTLDigits || (len(digits) > 1 && digits[0] == '0') {
+		return "", 0, false
+	}
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return "", 0, false
+		}
+	}
+	ttl, err := strconv.ParseInt(digits, 10, 64)
+	if err != nil || ttl <= 0 || ttl > MaxHoldTTL {
+		return "", 0, false
+	}
+	return name[:i], ttl, true
+}
+
+// WorkArgs are the arguments of q's work queue. Integers are int64: RabbitMQ
+// treats integer widths alike, but a string "10" is a different argument.
+func WorkArgs(q Queue) map[string]any {
+	args := map[string]any{}
+	if q.MaxPriority > 0 {
+		args[ArgMaxPriority] = int64(q.MaxPriority)
+	}
+	if q.MessageTTL > 0 {
+		args[ArgMessageTTL] = q.MessageTTL.Milliseconds()
+	}
+	return args
+}
+
+// DeadArgs are the arguments of every dead-letter queue: none.
+func DeadArgs() map[string]any { return map[string]any{} }
+
+// DeadDurable is the durability of every dead-letter queue: a dead letter
+// lost on a broker restart is one nobody will ever know about.
+const DeadDurable = true
+
+// HoldArgs are the arguments of the hold queue of work for ttlMs. They follow
+// from the name alone, so every process computes the same ones. Hold queues
+// never get a priority argument.
+func HoldArgs(work string, ttlMs int64) map[string]any {
+	return map[string]any{
+		ArgMessageTTL:           ttlMs,
+		ArgDeadLetterExchange:   "",
+		ArgDeadLetterRoutingKey: work,
+		ArgExpires:              2 * ttlMs,
+	}
+}

@@ -1,0 +1,153 @@
+package topology
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// ErrInvalidName is matched by every *NameError.
+var ErrInvalidName = errors.New("invalid queue name")
+
+// ErrNameTooLong is matched by a *NameError for a name whose hold queues
+// would not fit the 255-byte AMQP short string.
+var ErrNameTooLong = errors.New("queue name too long")
+
+// ErrInvalidArgument is matched by every *ArgumentError.
+var ErrInvalidArgument = errors.New("invalid queue argument")
+
+// NameError says which name of a set was refused and why.
+type NameError struct {
+	// Queue is the logical queue the name belongs to; empty for the prefix.
+	Queue string
+	// Reason says what is wrong and what to do.
+	Reason string
+	tooLong bool
+}
+
+func (e *NameError) Error() string {
+	if e.Queue == "" {
+		return "prefix: " + e.Reason
+	}
+	return fmt.Sprintf("queue %q: %s", e.Queue, e.Reason)
+}
+
+// Is makes errors.Is match ErrInvalidName, and ErrNameTooLong for length.
+func (e *NameError) Is(target error) bool {
+	return target == ErrInvalidName || (e.tooLong && target == ErrNameTooLong)
+}
+
+// ArgumentError says which argument of a logical queue is out of range.
+type ArgumentError struct {
+	Queue    string
+	Argument string
+	Reason   string
+}
+
+func (e *ArgumentError) Error() string {
+	return fmt.Sprintf("queue %q: %s %s", e.Queue, e.Argument, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrInvalidArgument) true.
+func (e *ArgumentError) Is(target error) bool { return target == ErrInvalidArgument }
+
+// ValidatePrefix checks a prefix on its own.
+func ValidatePrefix(prefix string) error {
+	switch {
+	case prefix == "":
+		return &NameError{Reason: "must not be empty"}
+	case strings.HasSuffix(prefix, "."):
+		return &NameError{Reason: fmt.Sprintf("%q must not end in '.': queue names join it with '.' already", prefix)}
+	case strings.HasPrefix(prefix, "amq."):
+		return &NameError{Reason: fmt.Sprintf("%q must not start with \"amq.\": RabbitMQ reserves those names", prefix)}
+	}
+	return nil
+}
+
+// ValidateName checks the logical name of one queue under prefix, including
+// the length of its longest possible hold-queue name.
+func ValidateName(prefix, name string) error {
+	if name == "" {
+		return &NameError{Queue: name, Reason: "the logical name must not be empty"}
+	}
+	work := WorkName(prefix, name)
+	if len(work) > MaxWorkNameBytes {
+		return &NameError{Queue: name, tooLong: true, Reason: fmt.Sprintf(
+			"work queue %q is %d bytes; its longest hold-queue name (%q + %q + 10 digits) must fit the %d-byte AMQP limit, so the work queue may have at most %d bytes: shorten the prefix or the name",
+			truncate(work), len(work), truncate(work), HoldInfix, MaxNameBytes, MaxWorkNameBytes)}
+	}
+	return nil
+}
+
+// ValidateQueue checks the arguments of one logical queue.
+func ValidateQueue(q Queue) error {
+	if q.MaxPriority < 0 || q.MaxPriority > MaxPriorityLimit {
+		return &ArgumentError{Queue: q.Name, Argument: "max priority", Reason: fmt.Sprintf("%d is out of range: use 1 to %d, or 0 for a queue without priorities", q.MaxPriority, MaxPriorityLimit)}
+	}
+	if q.MessageTTL < 0 {
+		return &ArgumentError{Queue: q.Name, Argument: "message TTL", Reason: fmt.Sprintf("%s is negative: leave it unset for no TTL", q.MessageTTL)}
+	}
+	if q.MessageTTL%time.Millisecond != 0 {
+		return &ArgumentError{Queue: q.Name, Argument: "message TTL", Reason: fmt.Sprintf("%s is not a whole number of milliseconds, the unit RabbitMQ counts in", q.MessageTTL)}
+	}
+	if q.MessageTTL.Milliseconds() > MaxMessageTTL {
+		return &ArgumentError{Queue: q.Name, Argument: "message TTL", Reason: fmt.Sprintf("%s is longer than RabbitMQ's limit of %d ms (%s)", FormatDuration(q.MessageTTL), MaxMessageTTL, FormatDuration(time.Duration(MaxMessageTTL)*time.Millisecond))}
+	}
+	return nil
+}
+
+// Validate runs every check on a set and returns all that failed, joined, or
+// nil. Nothing may be declared for a set that fails: a half-declared set is
+// harder to fix than one that never started.
+func Validate(s Set) error {
+	var errs []error
+	if err := ValidatePrefix(s.Prefix); err != nil {
+		errs = append(errs, err)
+	}
+	if len(s.Queues) == 0 {
+		errs = append(errs, &NameError{Reason: fmt.Sprintf("the set %q has no queues: declare at least one", s.Prefix)})
+	}
+	// owner maps every broker name the set will use to the logical queue
+	// that uses it, so that a collision can name both.
+	owner := map[string]string{}
+	for _, q := range s.Queues {
+		if err := ValidateName(s.Prefix, q.Name); err != nil {
+			errs = append(errs, err)
+		}
+		if err := ValidateQueue(q); err != nil {
+			errs = append(errs, err)
+		}
+		work := WorkName(s.Prefix, q.Name)
+		for _, name := range []string{work, DeadName(work)} {
+			if other, dup := owner[name]; dup {
+				if other == q.Name {
+					errs = append(errs, &NameError{Queue: q.Name, Reason: "is listed twice"})
+				} else {
+					errs = append(errs, &NameError{Queue: q.Name, Reason: fmt.Sprintf("collides with queue %q: both would use the broker queue %q; rename one", other, name)})
+				}
+				break
+			}
+			owner[name] = q.Name
+		}
+	}
+	// A work queue named like another's hold queue would be declared with
+	// the wrong arguments the first time a delay needed it.
+	for _, q := range s.Queues {
+		work := WorkName(s.Prefix, q.Name)
+		if held, _, ok := ParseHoldName(work); ok {
+			if other, in := owner[held]; in {
+				errs = append(errs, &NameError{Queue: q.Name, Reason: fmt.Sprintf("collides with a hold queue of queue %q; rename it", other)})
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// truncate keeps error messages readable when a name is hundreds of bytes.
+func truncate(s string) string {
+	if len(s) <= 40 {
+		return s
+	}
+	return s[:37] + "..."
+}
