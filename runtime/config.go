@@ -1,0 +1,99 @@
+package queuey
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/queuey/terraform-provider-queuey/runtime/topology"
+)
+
+// NoPriority as a QueueConfig.MaxPriority declares a work queue without
+// x-max-priority. (The Terraform provider spells the same thing
+// max_priority = 0.)
+const NoPriority = -1
+
+// DefaultPrefetch is a queue's prefetch unless configured.
+const DefaultPrefetch = 16
+
+// QueueConfig configures one logical queue. Its zero value, with a Name, is a
+// durable priority queue with 10 levels, no message TTL and a prefetch of 16:
+// the same queue the Terraform provider declares by default.
+type QueueConfig struct {
+	// MaxPriority is the work queue's x-max-priority: deliveries with a
+	// higher priority come first. Defaults to 10; NoPriority disables it.
+	MaxPriority int
+	// MessageTTL expires a job that waited this long in the work queue.
+	// Defaults to none.
+	MessageTTL time.Duration
+	// Name is the logical name; the work queue is Prefix + "." + Name.
+	Name string
+	// NonDurable declares the work queue and its hold queues transient.
+	// Defaults to false: queues survive a broker restart. The dead-letter
+	// queue is durable either way.
+	NonDurable bool
+	// Prefetch is how many unacknowledged deliveries a worker takes from
+	// this queue at once. Defaults to 16.
+	Prefetch int
+}
+
+// QueueSet is a prefix and the logical queues under it, the unit that a
+// producer or a worker declares and that the Terraform resource
+// queuey_queue_set provisions.
+type QueueSet struct {
+	// Prefix is joined to every logical name with ".". It must not be empty
+	// or end in ".".
+	Prefix string
+	// Queues are the logical queues of the set.
+	Queues []QueueConfig
+}
+
+// Validate runs every name and argument check of the set. A producer or
+// worker runs it before declaring anything.
+func (s QueueSet) Validate() error {
+	for _, q := range s.Queues {
+		if q.MaxPriority < NoPriority {
+			return fmt.Errorf("queue %q: max priority %d is out of range: use 1 to %d, 0 for the default of %d, or NoPriority",
+				q.Name, q.MaxPriority, topology.MaxPriorityLimit, topology.DefaultMaxPriority)
+		}
+		if q.Prefetch < 0 {
+			return fmt.Errorf("queue %q: prefetch %d is negative: use 0 for the default of %d", q.Name, q.Prefetch, DefaultPrefetch)
+		}
+	}
+	return topology.Validate(s.topology())
+}
+
+// WorkQueue is the broker name of the work queue of logical queue name.
+func (s QueueSet) WorkQueue(name string) string { return topology.WorkName(s.Prefix, name) }
+
+// DeadQueue is the broker name of the dead-letter queue of logical queue name.
+func (s QueueSet) DeadQueue(name string) string {
+	return topology.DeadName(topology.WorkName(s.Prefix, name))
+}
+
+func (s QueueSet) topology() topology.Set {
+	t := topology.Set{Prefix: s.Prefix, Queues: make([]topology.Queue, len(s.Queues))}
+	for i, q := range s.Queues {
+		t.Queues[i] = q.topology()
+	}
+	return t
+}
+
+// topology resolves the defaults of q into the shared model.
+func (q QueueConfig) topology() topology.Queue {
+	prio := q.MaxPriority
+	switch prio {
+	case 0:
+		prio = topology.DefaultMaxPriority
+	case NoPriority:
+		prio = 0
+	}
+	return topology.Queue{Name: q.Name, MaxPriority: prio, MessageTTL: q.MessageTTL, Durable: !q.NonDurable}
+}
+
+// prefetch resolves the default prefetch.
+func (q QueueConfig) prefetch() int {
+	if q.Prefetch == 0 {
+		return DefaultPrefetch
+	}
+	return q.Prefetch
+}

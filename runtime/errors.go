@@ -1,0 +1,58 @@
+package queuey
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/queuey/terraform-provider-queuey/runtime/topology"
+)
+
+// Errors a caller can match with errors.Is, however deeply wrapped.
+var (
+	// ErrUnknownQueue: a delay or deferral onto a queue this process did not
+	// declare. Without a declared work queue, the hold queue would have
+	// nothing to dead-letter into.
+	ErrUnknownQueue = errors.New("unknown queue")
+	// ErrUnroutable: the broker returned a mandatory publish because no
+	// queue by that name exists.
+	ErrUnroutable = errors.New("job was unroutable")
+	// ErrNacked: the broker refused to take responsibility for a publish.
+	ErrNacked = errors.New("job was nacked by the broker")
+	// ErrPreconditionFailed: a queue exists with other arguments than this
+	// process declares. Matched by every *PreconditionError.
+	ErrPreconditionFailed = errors.New("queue exists with other arguments")
+	// ErrDelayTooLong: a delay that no hold queue can carry.
+	ErrDelayTooLong = topology.ErrDelayTooLong
+	// ErrNameTooLong: a work queue whose hold-queue names would exceed the
+	// 255-byte AMQP limit.
+	ErrNameTooLong = topology.ErrNameTooLong
+	// ErrInvalidName: any name check of a queue set that failed.
+	ErrInvalidName = topology.ErrInvalidName
+	// ErrClosed: the producer or worker was closed.
+	ErrClosed = errors.New("queuey: closed")
+)
+
+// PreconditionError is a declaration RabbitMQ refused because the queue
+// already exists with other arguments. RabbitMQ cannot change a queue's
+// arguments in place, so the fix is a migration, not a retry.
+type PreconditionError struct {
+	// Queue is the broker name of the queue.
+	Queue string
+	// Argument is the argument that differs, as named in the broker's reply
+	// (e.g. "x-max-priority"), or empty when the reply did not say.
+	Argument string
+	// Detail is the broker's own reply text.
+	Detail string
+}
+
+func (e *PreconditionError) Error() string {
+	arg := "its arguments differ"
+	if e.Argument != "" {
+		arg = "argument " + e.Argument + " differs"
+	}
+	return fmt.Sprintf("queue %q already exists and %s from this configuration (%s); RabbitMQ cannot change a queue's arguments in place: change the configuration to match, or migrate the queue (terraform apply with queuey_queue_set moves its messages losslessly)",
+		e.Queue, arg, e.Detail)
+}
+
+// Is makes errors.Is(err, ErrPreconditionFailed) true.
+func (e *PreconditionError) Is(target error) bool { return target == ErrPreconditionFailed }
