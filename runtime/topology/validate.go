@@ -59,8 +59,9 @@ func ValidatePrefix(prefix string) error {
 		return &NameError{Reason: "must not be empty"}
 	case strings.HasSuffix(prefix, "."):
 		return &NameError{Reason: fmt.Sprintf("%q must not end in '.': queue names join it with '.' already", prefix)}
-	case strings.HasPrefix(prefix, "amq."):
-		return &NameError{Reason: fmt.Sprintf("%q must not start with \"amq.\": RabbitMQ reserves those names", prefix)}
+	case strings.HasPrefix(prefix+".", "amq."):
+		// prefix "amq" counts too: its queues would be named "amq.<name>".
+		return &NameError{Reason: fmt.Sprintf("%q must not start with \"amq.\" (nor be \"amq\"): RabbitMQ reserves queue names that start with \"amq.\"", prefix)}
 	}
 	return nil
 }
