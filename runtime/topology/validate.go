@@ -137,7 +137,9 @@ func Validate(s Set) error {
 	for _, q := range s.Queues {
 		work := WorkName(s.Prefix, q.Name)
 		if held, _, ok := ParseHoldName(work); ok {
-			if other, in := owner[held]; in {
+			// owner also holds dead-letter queues, which have no hold
+			// queues: only a work queue's name can be held.
+			if other, in := owner[held]; in && WorkName(s.Prefix, other) == held {
 				errs = append(errs, &NameError{Queue: q.Name, Reason: fmt.Sprintf("collides with a hold queue of queue %q; rename it", other)})
 			}
 		}
