@@ -19,15 +19,19 @@ var ErrInvalidArgument = errors.New("invalid queue argument")
 
 // NameError says which name of a set was refused and why.
 type NameError struct {
-	// Queue is the logical queue the name belongs to; empty for the prefix.
+	// Queue is the logical queue the name belongs to; empty for the prefix
+	// (and for a logical queue whose name is the empty string).
 	Queue string
 	// Reason says what is wrong and what to do.
-	Reason string
+	Reason  string
 	tooLong bool
+	// logical marks an error about a logical queue, so that one whose
+	// name is empty is not reported as an error of the prefix.
+	logical bool
 }
 
 func (e *NameError) Error() string {
-	if e.Queue == "" {
+	if e.Queue == "" && !e.logical {
 		return "prefix: " + e.Reason
 	}
 	return fmt.Sprintf("queue %q: %s", e.Queue, e.Reason)
@@ -70,7 +74,7 @@ func ValidatePrefix(prefix string) error {
 // the length of its longest possible hold-queue name.
 func ValidateName(prefix, name string) error {
 	if name == "" {
-		return &NameError{Queue: name, Reason: "the logical name must not be empty"}
+		return &NameError{Queue: name, logical: true, Reason: "the logical name must not be empty"}
 	}
 	work := WorkName(prefix, name)
 	if len(work) > MaxWorkNameBytes {
@@ -123,9 +127,9 @@ func Validate(s Set) error {
 		for _, name := range []string{work, DeadName(work)} {
 			if other, dup := owner[name]; dup {
 				if other == q.Name {
-					errs = append(errs, &NameError{Queue: q.Name, Reason: "is listed twice"})
+					errs = append(errs, &NameError{Queue: q.Name, logical: true, Reason: "is listed twice"})
 				} else {
-					errs = append(errs, &NameError{Queue: q.Name, Reason: fmt.Sprintf("collides with queue %q: both would use the broker queue %q; rename one", other, name)})
+					errs = append(errs, &NameError{Queue: q.Name, logical: true, Reason: fmt.Sprintf("collides with queue %q: both would use the broker queue %q; rename one", other, name)})
 				}
 				break
 			}
@@ -140,7 +144,7 @@ func Validate(s Set) error {
 			// owner also holds dead-letter queues, which have no hold
 			// queues: only a work queue's name can be held.
 			if other, in := owner[held]; in && WorkName(s.Prefix, other) == held {
-				errs = append(errs, &NameError{Queue: q.Name, Reason: fmt.Sprintf("collides with a hold queue of queue %q; rename it", other)})
+				errs = append(errs, &NameError{Queue: q.Name, logical: true, Reason: fmt.Sprintf("collides with a hold queue of queue %q; rename it", other)})
 			}
 		}
 	}
