@@ -64,9 +64,12 @@ func FormatDuration(d time.Duration) string {
 		return "0s"
 	}
 	var b strings.Builder
+	// The magnitude in uint64, where negating math.MinInt64 does not
+	// overflow back to itself.
+	u := uint64(d)
 	if d < 0 {
 		b.WriteByte('-')
-		d = -d
+		u = -u
 	}
 	parts := []struct {
 		unit   time.Duration
@@ -76,8 +79,8 @@ func FormatDuration(d time.Duration) string {
 	}
 	first := true
 	for _, p := range parts {
-		n := d / p.unit
-		d -= n * p.unit
+		n := u / uint64(p.unit)
+		u -= n * uint64(p.unit)
 		if n == 0 {
 			continue
 		}
@@ -85,15 +88,15 @@ func FormatDuration(d time.Duration) string {
 			b.WriteByte(' ')
 		}
 		first = false
-		b.WriteString(strconv.FormatInt(int64(n), 10))
+		b.WriteString(strconv.FormatUint(n, 10))
 		b.WriteString(p.suffix)
 	}
-	if d > 0 { // below a millisecond
+	if u > 0 { // below a millisecond
 		if !first {
 			b.WriteByte(' ')
 		}
 		first = false
-		b.WriteString(d.String())
+		b.WriteString(time.Duration(u).String())
 	}
 	return b.String()
 }
