@@ -1,0 +1,321 @@
+package queuey
+
+// This file is the runtime's connection handling, shared by the producer and
+// the worker. Internal API (unexported, stable):
+//
+//	dial(ctx, url, cfg, onConnect, logger) (*conn, error)
+//	    Connects once, runs onConnect on the new connection, and from then on
+//	    reconnects by itself whenever the connection is lost, with jittered
+//	    exponential backoff (500 ms doubling to 30 s), running onConnect again
+//	    before anything can use the new connection. onConnect is where a
+//	    queue set is declared (see declareSet). A failure of the first dial
+//	    or of the first onConnect is returned and nothing keeps running.
+//	wrapConn(ac, onConnect, logger) (*conn, error)
+//	    The same over a connection the caller dialled: it runs onConnect once
+//	    and never reconnects; when ac is lost, channel fails.
+//	(*conn).channel(ctx) (*amqp.Channel, error)
+//	    Opens a new channel on the current connection, waiting (up to ctx)
+//	    while a reconnect is in progress. Channels die with their
+//	    connection: keep the *amqp.Channel, and when it reports IsClosed (or
+//	    an operation fails with amqp.ErrClosed) open a new one here.
+//	(*conn).notifyReconnect(ch) chan struct{}
+//	    Registers ch to receive a value (non-blocking send, so give it a
+//	    buffer of 1) after every successful reconnect, once onConnect has run:
+//	    the signal for a worker to resubscribe. ch is closed by close.
+//	(*conn).close() error
+//	    Stops reconnecting and closes the connection. Later calls return
+//	    ErrClosed; channel returns ErrClosed.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Reconnect backoff: the first wait is about reconnectMinBackoff, each failed
+// attempt doubles it, up to reconnectMaxBackoff.
+const (
+	reconnectMinBackoff = 500 * time.Millisecond
+	reconnectMaxBackoff = 30 * time.Second
+)
+
+// conn is an AMQP connection that comes back after it is lost. It owns at most
+// one *amqp.Connection at a time; channels are opened from it on demand.
+type conn struct {
+	url       string
+	cfg       amqp.Config
+	onConnect func(*amqp.Connection) error
+	logger    *slog.Logger
+	redial    bool // false for a caller's connection, which cannot be redialled
+
+	mu     sync.Mutex
+	cur    *amqp.Connection // nil while disconnected
+	ready  chan struct{}    // closed once cur is set; replaced when cur is lost
+	lost   error            // why a connection that cannot be redialled is gone
+	closed bool
+	subs   []chan struct{}
+
+	done    chan struct{} // closed by close
+	watcher sync.WaitGroup
+}
+
+// dial connects to url and keeps the connection up; see the comment at the top
+// of this file.
+func dial(ctx context.Context, url string, cfg amqp.Config, onConnect func(*amqp.Connection) error, logger *slog.Logger) (*conn, error) {
+	c := newConn(onConnect, logger)
+	c.url, c.cfg, c.redial = url, cfg, true
+	ac, err := c.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c.start(ac)
+	return c, nil
+}
+
+// wrapConn adopts a connection the caller dialled; see the comment at the top
+// of this file.
+func wrapConn(ac *amqp.Connection, onConnect func(*amqp.Connection) error, logger *slog.Logger) (*conn, error) {
+	if ac == nil || ac.IsClosed() {
+		return nil, fmt.Errorf("queuey: the AMQP connection is closed")
+	}
+	c := newConn(onConnect, logger)
+	if c.onConnect != nil {
+		if err := c.onConnect(ac); err != nil {
+			return nil, err
+		}
+	}
+	c.start(ac)
+	return c, nil
+}
+
+func newConn(onConnect func(*amqp.Connection) error, logger *slog.Logger) *conn {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return &conn{onConnect: onConnect, logger: logger, ready: make(chan struct{}), done: make(chan struct{})}
+}
+
+// connect dials once and runs onConnect. It is used for the first connection
+// and for every reconnect.
+func (c *conn) connect(ctx context.Context) (*amqp.Connection, error) {
+	cfg := c.cfg
+	// DialConfig may write to Properties; every dial gets its own copy.
+	cfg.Properties = maps.Clone(c.cfg.Properties)
+	// amqp091-go bounds the dial and handshake by the URI's
+	// connection_timeout (30 s by default); ctx only stops a reconnect loop
+	// between attempts.
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	ac, err := amqp.DialConfig(c.url, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("queuey: connect to RabbitMQ: %w", err)
+	}
+	if c.onConnect != nil {
+		if err := c.onConnect(ac); err != nil {
+			_ = ac.Close()
+			return nil, err
+		}
+	}
+	return ac, nil
+}
+
+// start makes ac the current connection and watches it.
+func (c *conn) start(ac *amqp.Connection) {
+	lost := ac.NotifyClose(make(chan *amqp.Error, 1))
+	c.mu.Lock()
+	c.cur = ac
+	close(c.ready)
+	c.mu.Unlock()
+	c.watcher.Add(1)
+	go c.watch(ac, lost)
+}
+
+// watch waits for the current connection to be lost and replaces it.
+func (c *conn) watch(ac *amqp.Connection, lost chan *amqp.Error) {
+	defer c.watcher.Done()
+	for {
+		var reason *amqp.Error
+		select {
+		case <-c.done:
+			return
+		case reason = <-lost:
+		}
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return
+		}
+		c.cur = nil
+		c.ready = make(chan struct{})
+		if !c.redial {
+			c.lost = fmt.Errorf("queuey: the AMQP connection was lost: %v", describeClose(reason))
+			close(c.ready) // wake waiters; they find lost set
+			c.mu.Unlock()
+			c.logger.Warn("queuey: AMQP connection lost; it was supplied by the caller and is not redialled", "reason", describeClose(reason))
+			return
+		}
+		c.mu.Unlock()
+		c.logger.Warn("queuey: AMQP connection lost; reconnecting", "reason", describeClose(reason))
+
+		ac = c.reconnect()
+		if ac == nil {
+			return // closed while reconnecting
+		}
+		lost = ac.NotifyClose(make(chan *amqp.Error, 1))
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			_ = ac.Close()
+			return
+		}
+		c.cur = ac
+		close(c.ready)
+		for _, s := range c.subs {
+			select {
+			case s <- struct{}{}:
+			default:
+			}
+		}
+		c.mu.Unlock()
+		c.logger.Info("queuey: AMQP connection re-established")
+	}
+}
+
+// reconnect dials until it succeeds or the conn is closed, in which case it
+// returns nil.
+func (c *conn) reconnect() *amqp.Connection {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-c.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	for attempt := 0; ; attempt++ {
+		t := time.NewTimer(backoff(attempt))
+		select {
+		case <-c.done:
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+		ac, err := c.connect(ctx)
+		if err == nil {
+			return ac
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		c.logger.Warn("queuey: reconnect failed", "attempt", attempt+1, "error", err)
+	}
+}
+
+// backoff is the wait before reconnect attempt n (0-based): half of
+// min(30 s, 500 ms * 2^n) plus a random share of the other half, so that many
+// processes that lost one broker do not come back in lockstep.
+func backoff(n int) time.Duration {
+	d := reconnectMaxBackoff
+	if n < 16 {
+		d = min(reconnectMinBackoff<<n, reconnectMaxBackoff)
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+// channel opens a channel on the current connection; see the comment at the
+// top of this file.
+func (c *conn) channel(ctx context.Context) (*amqp.Channel, error) {
+	for {
+		c.mu.Lock()
+		cur, ready, closed, lost := c.cur, c.ready, c.closed, c.lost
+		c.mu.Unlock()
+		switch {
+		case closed:
+			return nil, ErrClosed
+		case lost != nil:
+			return nil, lost
+		case cur != nil:
+			ch, err := cur.Channel()
+			if err == nil {
+				return ch, nil
+			}
+			if !errors.Is(err, amqp.ErrClosed) && !cur.IsClosed() {
+				return nil, fmt.Errorf("queuey: open channel: %w", err)
+			}
+			// The connection is gone and the watcher is about to notice:
+			// wait for it rather than spin.
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-c.done:
+				return nil, ErrClosed
+			case <-time.After(10 * time.Millisecond):
+			}
+		default:
+			select {
+			case <-ctx.Done():
+				return nil, fmt.Errorf("queuey: waiting for the AMQP connection to come back: %w", ctx.Err())
+			case <-c.done:
+				return nil, ErrClosed
+			case <-ready:
+			}
+		}
+	}
+}
+
+// notifyReconnect registers ch; see the comment at the top of this file.
+func (c *conn) notifyReconnect(ch chan struct{}) chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		close(ch)
+		return ch
+	}
+	c.subs = append(c.subs, ch)
+	return ch
+}
+
+// close stops reconnecting and closes the current connection, if any.
+func (c *conn) close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return ErrClosed
+	}
+	c.closed = true
+	cur := c.cur
+	c.cur = nil
+	for _, s := range c.subs {
+		close(s)
+	}
+	c.subs = nil
+	close(c.done)
+	c.mu.Unlock()
+	var err error
+	if cur != nil && !cur.IsClosed() {
+		err = cur.Close()
+		if errors.Is(err, amqp.ErrClosed) {
+			err = nil
+		}
+	}
+	c.watcher.Wait()
+	return err
+}
+
+// describeClose renders why a connection closed; nil means the broker or the
+// network ended it without saying why.
+func describeClose(e *amqp.Error) string {
+	if e == nil {
+		return "closed without a reason"
+	}
+	return e.Error()
+}

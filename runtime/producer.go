@@ -1,0 +1,372 @@
+package queuey
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/queuey/terraform-provider-queuey/runtime/topology"
+)
+
+// Producer enqueues jobs. It is safe for concurrent use: publishes from many
+// goroutines run in parallel on a pool of channels, each waiting for its own
+// publisher confirm.
+//
+// Queues are named by their logical name (the Name of a QueueConfig); the
+// producer adds its prefix. A producer from NewProducer declares its set's
+// queues when it connects, and again whenever it reconnects; it can delay
+// and defer jobs onto those queues. A producer from NewUndeclaredProducer
+// declares nothing and cannot delay or defer.
+type Producer struct {
+	conn    *conn
+	ownConn bool
+	opts    ProducerOptions
+	prefix  string
+	// queues are the work queues of the set by broker name; nil for an
+	// undeclared producer.
+	queues map[string]topology.Queue
+
+	pool chan *pubChannel
+
+	declSem chan struct{} // held while using declCh
+	declCh  *amqp.Channel
+
+	flightMu sync.Mutex
+	flights  map[string]*flight
+
+	mu       sync.RWMutex
+	closed   bool
+	inflight sync.WaitGroup
+}
+
+// NewProducer connects to the broker at url (an amqp:// or amqps:// URI),
+// declares the work and dead-letter queues of set, and returns a producer
+// for them. The set is validated first, and nothing is declared if it fails.
+// A queue that already exists with other arguments fails with a
+// *PreconditionError naming the queue and the argument.
+//
+// The producer reconnects by itself when the connection is lost (backing off
+// from 500 ms to 30 s, with jitter) and declares the set again each time;
+// publishes wait for the connection up to their context's deadline.
+func NewProducer(ctx context.Context, url string, set QueueSet, opts *ProducerOptions) (*Producer, error) {
+	if err := set.Validate(); err != nil {
+		return nil, err
+	}
+	o := opts.resolved()
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	c, err := dial(ctx, url, o.amqpConfig(), func(ac *amqp.Connection) error { return declareSet(ac, set) }, o.Logger)
+	if err != nil {
+		return nil, err
+	}
+	return newProducer(c, true, &set, set.Prefix, &o), nil
+}
+
+// NewProducerFromConnection is NewProducer over a connection the caller
+// dialled and keeps: Close leaves it open, and the producer cannot reconnect
+// it, so publishes fail once it is lost. ProducerOptions.AMQPConfig is
+// ignored.
+func NewProducerFromConnection(ctx context.Context, ac *amqp.Connection, set QueueSet, opts *ProducerOptions) (*Producer, error) {
+	if err := set.Validate(); err != nil {
+		return nil, err
+	}
+	o := opts.resolved()
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	c, err := wrapConn(ac, func(ac *amqp.Connection) error { return declareSet(ac, set) }, o.Logger)
+	if err != nil {
+		return nil, err
+	}
+	return newProducer(c, true, &set, set.Prefix, &o), nil
+}
+
+// NewUndeclaredProducer connects to the broker at url and returns a producer
+// that declares nothing: for a process that publishes onto queues another
+// process (or Terraform) owns. It can enqueue onto any queue, and a queue
+// that does not exist is still an error (ErrUnroutable) at publish time, but
+// EnqueueAfter and Defer fail with ErrUnknownQueue: without knowing the work
+// queue's configuration there is no hold queue to declare.
+//
+// Queue names given to its methods are logical names joined to prefix with
+// ".", like a declared producer's. With an empty prefix they are the broker
+// names of the queues, as they are.
+func NewUndeclaredProducer(ctx context.Context, url, prefix string, opts *ProducerOptions) (*Producer, error) {
+	if prefix != "" {
+		if err := topology.ValidatePrefix(prefix); err != nil {
+			return nil, err
+		}
+	}
+	o := opts.resolved()
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	c, err := dial(ctx, url, o.amqpConfig(), nil, o.Logger)
+	if err != nil {
+		return nil, err
+	}
+	return newProducer(c, true, nil, prefix, &o), nil
+}
+
+// newProducer builds a producer over c; see the comment at the top of
+// publish.go. It does no I/O: channels are opened on first use.
+func newProducer(c *conn, ownConn bool, set *QueueSet, prefix string, opts *ProducerOptions) *Producer {
+	o := opts.resolved()
+	p := &Producer{
+		conn:    c,
+		ownConn: ownConn,
+		opts:    o,
+		prefix:  prefix,
+		pool:    make(chan *pubChannel, o.Channels),
+		declSem: make(chan struct{}, 1),
+		flights: map[string]*flight{},
+	}
+	for range o.Channels {
+		p.pool <- &pubChannel{}
+	}
+	if set != nil {
+		p.queues = make(map[string]topology.Queue, len(set.Queues))
+		for _, q := range set.Queues {
+			p.queues[set.WorkQueue(q.Name)] = q.topology()
+		}
+	}
+	return p
+}
+
+func (o ProducerOptions) validate() error {
+	for _, g := range []struct {
+		name string
+		d    time.Duration
+	}{{"delay granularity", o.DelayGranularity}, {"defer granularity", o.DeferGranularity}} {
+		if g.d <= 0 || g.d%time.Millisecond != 0 {
+			return fmt.Errorf("queuey: %s %s must be a positive whole number of milliseconds", g.name, g.d)
+		}
+		if g.d.Milliseconds() > topology.MaxHoldTTL {
+			return fmt.Errorf("queuey: %s %s is longer than a hold queue can wait (%s)", g.name, topology.FormatDuration(g.d),
+				topology.FormatDuration(time.Duration(topology.MaxHoldTTL)*time.Millisecond))
+		}
+	}
+	return nil
+}
+
+// Enqueue publishes a job of type jobType onto queue (a logical name), to be
+// handled as soon as a worker takes it, and returns its id. The payload is
+// encoded with encoding/json; pass a json.RawMessage to send JSON as it is.
+// The job goes in at priority 0, behind deferred jobs. Enqueue returns once
+// the broker has confirmed the job; a queue that does not exist is an error
+// (ErrUnroutable).
+func (p *Producer) Enqueue(ctx context.Context, queue, jobType string, payload any, opts *EnqueueOptions) (string, error) {
+	env, err := p.newEnvelope(queue, jobType, payload, opts)
+	if err != nil {
+		return "", err
+	}
+	if err := p.publishEnvelope(ctx, env, 0); err != nil {
+		return "", err
+	}
+	return env.JobID, nil
+}
+
+// EnqueueAfter publishes a job that a worker can take once delay has passed,
+// and returns its id. The delay is rounded up to the producer's
+// DelayGranularity, at least one step, and waits in a hold queue that the
+// broker returns the job from at priority 0. A delay longer than a hold queue
+// can carry (24d 20h 31m 23s) is refused with ErrDelayTooLong, never
+// shortened, and nothing is published. The queue must be one this producer
+// declared, else ErrUnknownQueue.
+func (p *Producer) EnqueueAfter(ctx context.Context, queue, jobType string, payload any, delay time.Duration, opts *EnqueueOptions) (string, error) {
+	return p.enqueueHeld(ctx, queue, jobType, payload, delay, p.opts.DelayGranularity, false, opts)
+}
+
+// Defer publishes a job that comes back after delay ahead of the backlog:
+// once its hold queue returns it, it has the queue's max priority (RabbitMQ
+// delivers higher priorities first), for that one round. It is counted as
+// one deferral. The delay is rounded up to the producer's DeferGranularity;
+// otherwise Defer is like EnqueueAfter.
+func (p *Producer) Defer(ctx context.Context, queue, jobType string, payload any, delay time.Duration, opts *EnqueueOptions) (string, error) {
+	return p.enqueueHeld(ctx, queue, jobType, payload, delay, p.opts.DeferGranularity, true, opts)
+}
+
+func (p *Producer) enqueueHeld(ctx context.Context, queue, jobType string, payload any, delay, granularity time.Duration, deferred bool, opts *EnqueueOptions) (string, error) {
+	work := p.workName(queue)
+	q, known := p.queueConfig(work)
+	if !known {
+		return "", unknownQueue(work)
+	}
+	ttl, err := topology.HoldTTL(delay, granularity)
+	if err != nil {
+		return "", err
+	}
+	env, err := p.newEnvelope(queue, jobType, payload, opts)
+	if err != nil {
+		return "", err
+	}
+	if deferred {
+		env.Deferrals = 1
+		env.Priority = uint8(q.MaxPriority)
+	}
+	if err := p.publishEnvelope(ctx, env, ttl); err != nil {
+		return "", err
+	}
+	return env.JobID, nil
+}
+
+// BatchJob is one job of an EnqueueBatch.
+type BatchJob struct {
+	// JobType is the job's stable kind.
+	JobType string
+	// Options are the job's options. Defaults to none.
+	Options *EnqueueOptions
+	// Payload is encoded with encoding/json.
+	Payload any
+	// Queue is the logical name of the queue.
+	Queue string
+}
+
+// BatchError reports the jobs of a batch that were not enqueued.
+type BatchError struct {
+	// Errs has one entry per job of the batch, in order: nil for a job the
+	// broker confirmed, the reason for one it did not.
+	Errs []error
+}
+
+func (e *BatchError) Error() string {
+	failed, first := 0, -1
+	for i, err := range e.Errs {
+		if err != nil {
+			failed++
+			if first < 0 {
+				first = i
+			}
+		}
+	}
+	return fmt.Sprintf("queuey: %d of %d jobs of the batch were not enqueued; job %d: %v", failed, len(e.Errs), first, e.Errs[first])
+}
+
+// Unwrap lets errors.Is and errors.As see every job's error.
+func (e *BatchError) Unwrap() []error {
+	var errs []error
+	for _, err := range e.Errs {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
+
+// EnqueueBatch enqueues jobs like Enqueue, pipelined: up to 128 at a time go
+// out on one channel before the producer waits for their confirms, in order,
+// so jobs of one queue keep their order. It returns one id per job. If a job
+// cannot be encoded, nothing is published. If the broker refuses some jobs,
+// the others are still enqueued and the error is a *BatchError saying which.
+func (p *Producer) EnqueueBatch(ctx context.Context, jobs []BatchJob) ([]string, error) {
+	ids := make([]string, len(jobs))
+	out := make([]outgoing, len(jobs))
+	for i, j := range jobs {
+		env, err := p.newEnvelope(j.Queue, j.JobType, j.Payload, j.Options)
+		if err != nil {
+			return nil, fmt.Errorf("queuey: batch job %d: %w", i, err)
+		}
+		_, known := p.queueConfig(env.Queue)
+		msg, err := newPublishing(env, !known || p.queues[env.Queue].Durable, nil)
+		if err != nil {
+			return nil, fmt.Errorf("queuey: batch job %d: %w", i, err)
+		}
+		ids[i] = env.JobID
+		out[i] = outgoing{key: env.Queue, msg: msg}
+	}
+	if err := p.begin(); err != nil {
+		return nil, err
+	}
+	defer p.end()
+	errs := make([]error, len(jobs))
+	for start := 0; start < len(out); start += maxChunk {
+		end := min(start+maxChunk, len(out))
+		p.publishChunk(ctx, out[start:end], errs[start:end])
+	}
+	for _, err := range errs {
+		if err != nil {
+			return ids, &BatchError{Errs: errs}
+		}
+	}
+	return ids, nil
+}
+
+// Close waits for the publishes in flight, then closes the producer's
+// channels and its connection. Publishing after Close, and Close again,
+// return ErrClosed.
+func (p *Producer) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return ErrClosed
+	}
+	p.closed = true
+	p.mu.Unlock()
+	p.inflight.Wait()
+
+	for range cap(p.pool) {
+		(<-p.pool).discard()
+	}
+	p.declSem <- struct{}{}
+	if p.declCh != nil {
+		_ = p.declCh.Close()
+		p.declCh = nil
+	}
+	if p.ownConn {
+		if err := p.conn.close(); err != nil && !errors.Is(err, ErrClosed) {
+			return err
+		}
+	}
+	return nil
+}
+
+// begin registers a publish in flight, or refuses it once Close has begun.
+func (p *Producer) begin() error {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return ErrClosed
+	}
+	p.inflight.Add(1)
+	return nil
+}
+
+func (p *Producer) end() { p.inflight.Done() }
+
+// workName is the broker name of logical queue name.
+func (p *Producer) workName(name string) string {
+	if p.prefix == "" {
+		return name
+	}
+	return topology.WorkName(p.prefix, name)
+}
+
+// newEnvelope builds the envelope of a new job at attempt 1, priority 0.
+func (p *Producer) newEnvelope(queue, jobType string, payload any, opts *EnqueueOptions) (Envelope, error) {
+	if strings.TrimSpace(queue) == "" {
+		return Envelope{}, errors.New("queuey: the queue name is empty")
+	}
+	if jobType == "" {
+		return Envelope{}, errors.New("queuey: the job type is empty: workers route jobs by it")
+	}
+	body, err := json.Marshal(payload)
+	if err != nil {
+		return Envelope{}, fmt.Errorf("queuey: encode the payload of a %q job: %w", jobType, err)
+	}
+	return Envelope{
+		JobID:         newJobID(),
+		JobType:       jobType,
+		Queue:         p.workName(queue),
+		Attempt:       1,
+		EnqueuedAtMs:  time.Now().UnixMilli(),
+		CorrelationID: opts.correlationID(),
+		Payload:       body,
+	}, nil
+}

@@ -1,0 +1,407 @@
+package queuey
+
+// Publishing: how a job becomes an AMQP message, how it reaches the broker,
+// and how the producer knows the broker took it.
+//
+// Internal API, for the worker (unexported, stable):
+//
+//	(*Producer).publishEnvelope(ctx, env Envelope, holdTTLms int64) error
+//	    Publishes env as built by newPublishing. holdTTLms == 0 sends it
+//	    straight to env.Queue (a broker name); holdTTLms > 0 declares the
+//	    hold queue env.Queue + ".deferred." + holdTTLms and sends it there, to
+//	    come back to env.Queue when the TTL runs out. A held publish needs
+//	    env.Queue to be a work queue of this producer's set, else
+//	    ErrUnknownQueue. The caller sets Attempt, Deferrals and Priority.
+//	(*Producer).publishEnvelopeWith(ctx, env, holdTTLms, headers amqp.Table) error
+//	    The same, carrying over headers (e.g. a delivery's), minus the ones
+//	    the broker adds on dead-lettering (see stripDeathHeaders).
+//	(*Producer).publishRaw(ctx, queue string, msg amqp.Publishing) error
+//	    Publishes msg as given (for dead letters, including a malformed body
+//	    copied verbatim) to the broker queue queue: mandatory, confirmed.
+//	(*Producer).queueConfig(work string) (topology.Queue, bool)
+//	    The resolved config (max priority, durability, TTL) of a work queue of
+//	    the producer's set, by broker name; false for any other name.
+//	newPublishing(env Envelope, persistent bool, headers amqp.Table) (amqp.Publishing, error)
+//	    The message for env: the envelope as JSON body, x-attempt and
+//	    x-deferrals headers, priority, message_id, type, content type,
+//	    correlation id, timestamp.
+//	stripDeathHeaders(h amqp.Table) amqp.Table
+//	    A copy of h without x-death, x-first-death-* and x-last-death-*.
+//	newProducer(c *conn, ownConn bool, set *QueueSet, prefix string, opts *ProducerOptions) *Producer
+//	    A producer over a conn the caller made (see conn.go); set nil means
+//	    undeclared. It declares nothing itself: the conn's onConnect
+//	    (declareSet, declare.go) does. With ownConn false, Close leaves the
+//	    conn open.
+//
+// Every publish goes to the default exchange with the queue name as routing
+// key, mandatory, and waits for its publisher confirm. A basic.return means
+// no queue had that name (ErrUnroutable), a basic.nack that the broker did
+// not take the message (ErrNacked).
+//
+// Returns and confirms arrive on different Go channels, so they have to be
+// correlated. The broker sends a message's basic.return before its basic.ack,
+// and amqp091-go hands both over from one reader goroutine in that order. A
+// producer therefore gives each publish (or batch chunk) a channel of its own
+// from a pool: once every confirm of the chunk is in, every return of the
+// chunk is already waiting in the channel's buffered return listener, and
+// nothing else was published on that channel meanwhile. Concurrency comes
+// from the size of the pool (ProducerOptions.Channels).
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/queuey/terraform-provider-queuey/runtime/topology"
+)
+
+// Message properties.
+const (
+	contentTypeJSON = "application/json"
+	headerXDeath    = "x-death"
+	// Prefixes of the headers RabbitMQ adds when it dead-letters a message
+	// (x-first-death-reason, x-last-death-queue, ...).
+	headerFirstDeathPrefix = "x-first-death-"
+	headerLastDeathPrefix  = "x-last-death-"
+)
+
+// maxChunk is how many messages one batch chunk publishes before waiting for
+// their confirms. It is also the buffer of each channel's return listener,
+// which must hold every return of a chunk: amqp091-go drops a notification
+// its listener does not take within 5 s.
+const maxChunk = 128
+
+// newPublishing builds the message for env; see the comment at the top of
+// this file.
+func newPublishing(env Envelope, persistent bool, headers amqp.Table) (amqp.Publishing, error) {
+	body, err := json.Marshal(env)
+	if err != nil {
+		return amqp.Publishing{}, fmt.Errorf("queuey: encode job %s: %w", env.JobID, err)
+	}
+	h := stripDeathHeaders(headers)
+	h[topology.HeaderDeferrals] = int64(env.Deferrals)
+	h[topology.HeaderAttempt] = int64(env.Attempt)
+	mode := amqp.Transient
+	if persistent {
+		mode = amqp.Persistent
+	}
+	return amqp.Publishing{
+		Headers:       h,
+		ContentType:   contentTypeJSON,
+		DeliveryMode:  mode,
+		Priority:      env.Priority,
+		CorrelationId: env.CorrelationID,
+		MessageId:     env.JobID,
+		Type:          env.JobType,
+		Timestamp:     time.Now(),
+		Body:          body,
+	}, nil
+}
+
+// stripDeathHeaders copies h without the headers RabbitMQ adds when it
+// dead-letters a message. A republished job is a new message: carrying them
+// over would make its history look like the broker's, and x-death grows with
+// every round through a hold queue.
+func stripDeathHeaders(h amqp.Table) amqp.Table {
+	out := make(amqp.Table, len(h)+2)
+	for k, v := range h {
+		if k == headerXDeath || strings.HasPrefix(k, headerFirstDeathPrefix) || strings.HasPrefix(k, headerLastDeathPrefix) {
+			continue
+		}
+		out[k] = v
+	}
+	return out
+}
+
+// queueConfig looks up a work queue of the producer's set by broker name.
+func (p *Producer) queueConfig(work string) (topology.Queue, bool) {
+	q, ok := p.queues[work]
+	return q, ok
+}
+
+// publishEnvelope publishes env now or through a hold queue; see the comment
+// at the top of this file.
+func (p *Producer) publishEnvelope(ctx context.Context, env Envelope, holdTTLms int64) error {
+	return p.publishEnvelopeWith(ctx, env, holdTTLms, nil)
+}
+
+// publishEnvelopeWith is publishEnvelope carrying over headers.
+func (p *Producer) publishEnvelopeWith(ctx context.Context, env Envelope, holdTTLms int64, headers amqp.Table) error {
+	if err := p.begin(); err != nil {
+		return err
+	}
+	defer p.end()
+	q, known := p.queueConfig(env.Queue)
+	switch {
+	case holdTTLms < 0:
+		return fmt.Errorf("queuey: hold TTL %d ms is negative", holdTTLms)
+	case holdTTLms > topology.MaxHoldTTL:
+		return &topology.DelayTooLongError{Delay: time.Duration(holdTTLms) * time.Millisecond}
+	case holdTTLms > 0 && !known:
+		return unknownQueue(env.Queue)
+	}
+	// A queue this producer did not declare may well be durable; a
+	// persistent message costs little on a transient queue.
+	msg, err := newPublishing(env, !known || q.Durable, headers)
+	if err != nil {
+		return err
+	}
+	if holdTTLms == 0 {
+		return p.publishOne(ctx, env.Queue, msg)
+	}
+	return p.publishHeld(ctx, env.Queue, q.Durable, holdTTLms, msg)
+}
+
+// publishRaw publishes msg as given; see the comment at the top of this file.
+func (p *Producer) publishRaw(ctx context.Context, queue string, msg amqp.Publishing) error {
+	if err := p.begin(); err != nil {
+		return err
+	}
+	defer p.end()
+	return p.publishOne(ctx, queue, msg)
+}
+
+func unknownQueue(work string) error {
+	return fmt.Errorf("queuey: queue %q: %w: a delay or deferral needs a work queue this producer declared, for its hold queue to return the job to", work, ErrUnknownQueue)
+}
+
+// publishHeld declares the hold queue of work for ttlMs and publishes msg
+// into it.
+func (p *Producer) publishHeld(ctx context.Context, work string, durable bool, ttlMs int64, msg amqp.Publishing) error {
+	hold := topology.HoldName(work, ttlMs)
+	if err := p.declareHold(ctx, hold, work, ttlMs, durable); err != nil {
+		return err
+	}
+	return p.publishOne(ctx, hold, msg)
+}
+
+// outgoing is one message of a chunk.
+type outgoing struct {
+	key string
+	msg amqp.Publishing
+}
+
+// publishOne publishes one message and waits for its confirm.
+func (p *Producer) publishOne(ctx context.Context, key string, msg amqp.Publishing) error {
+	var errs [1]error
+	p.publishChunk(ctx, []outgoing{{key: key, msg: msg}}, errs[:])
+	return errs[0]
+}
+
+// pubChannel is a confirm-mode channel of the pool, with its return listener.
+// It is used by one publisher at a time.
+type pubChannel struct {
+	ch      *amqp.Channel
+	returns chan amqp.Return
+}
+
+// acquire takes a channel from the pool, waiting for one to be free.
+func (p *Producer) acquire(ctx context.Context) (*pubChannel, error) {
+	select {
+	case pc := <-p.pool:
+		return pc, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (p *Producer) release(pc *pubChannel) { p.pool <- pc }
+
+// open makes sure pc has a live channel in confirm mode. Channels die with
+// their connection or when the broker closes them, and are reopened here.
+func (p *Producer) open(ctx context.Context, pc *pubChannel) error {
+	if pc.ch != nil && !pc.ch.IsClosed() {
+		return nil
+	}
+	pc.discard()
+	ch, err := p.conn.channel(ctx)
+	if err != nil {
+		return err
+	}
+	if err := ch.Confirm(false); err != nil {
+		_ = ch.Close()
+		return fmt.Errorf("queuey: put channel in confirm mode: %w", err)
+	}
+	pc.ch = ch
+	pc.returns = ch.NotifyReturn(make(chan amqp.Return, maxChunk))
+	return nil
+}
+
+// discard closes pc's channel, if any, so that nothing published on it
+// before can be mistaken for a later publish's confirm or return.
+func (pc *pubChannel) discard() {
+	if pc.ch != nil {
+		_ = pc.ch.Close()
+	}
+	pc.ch, pc.returns = nil, nil
+}
+
+// publishChunk publishes up to maxChunk messages on one channel of the pool
+// and waits for all their confirms, setting errs[i] for each message that the
+// broker did not take. Messages of one chunk must have distinct MessageIds
+// when there is more than one.
+func (p *Producer) publishChunk(ctx context.Context, out []outgoing, errs []error) {
+	pc, err := p.acquire(ctx)
+	if err != nil {
+		for i := range out {
+			errs[i] = fmt.Errorf("queuey: publish to %q: %w", out[i].key, err)
+		}
+		return
+	}
+	defer p.release(pc)
+
+	dcs := make([]*amqp.DeferredConfirmation, len(out))
+	for try := 0; ; try++ {
+		if err := p.open(ctx, pc); err != nil {
+			for i := range out {
+				errs[i] = fmt.Errorf("queuey: publish to %q: %w", out[i].key, err)
+			}
+			return
+		}
+		sent := 0
+		for i, o := range out {
+			dc, err := pc.ch.PublishWithDeferredConfirmWithContext(ctx, "", o.key, true, false, o.msg)
+			if err != nil {
+				for j := i; j < len(out); j++ {
+					errs[j] = fmt.Errorf("queuey: publish to %q: %w", out[j].key, err)
+				}
+				break
+			}
+			dcs[i] = dc
+			sent++
+		}
+		// A channel that was closed before anything went out (the
+		// connection was lost and has come back) is safe to retry once.
+		if sent == 0 && try == 0 && pc.ch.IsClosed() {
+			clear(errs[:len(out)])
+			pc.discard()
+			continue
+		}
+		break
+	}
+
+	for i, dc := range dcs {
+		if dc == nil {
+			continue
+		}
+		acked, err := dc.WaitContext(ctx)
+		if err != nil {
+			// Confirms still due on this channel would be mistaken for
+			// the next publisher's: throw it away.
+			pc.discard()
+			for j := i; j < len(out); j++ {
+				if dcs[j] != nil {
+					errs[j] = fmt.Errorf("queuey: publish to %q: gave up waiting for the broker's confirm, the job may or may not have been enqueued: %w", out[j].key, err)
+				}
+			}
+			return
+		}
+		if !acked {
+			if pc.ch.IsClosed() {
+				errs[i] = fmt.Errorf("queuey: publish to %q: the channel closed before the broker confirmed the job, which may or may not have been enqueued: %w", out[i].key, amqp.ErrClosed)
+			} else {
+				errs[i] = fmt.Errorf("queuey: publish to %q: %w", out[i].key, ErrNacked)
+			}
+		}
+	}
+
+	// Every return of this chunk was handed to pc.returns before the
+	// confirm of the same message; collect them.
+	var byID map[string]int
+	if len(out) > 1 {
+		byID = make(map[string]int, len(out))
+		for i, o := range out {
+			byID[o.msg.MessageId] = i
+		}
+	}
+	for {
+		select {
+		case r, ok := <-pc.returns:
+			if !ok {
+				return
+			}
+			i := 0
+			if byID != nil {
+				var found bool
+				if i, found = byID[r.MessageId]; !found {
+					continue
+				}
+			}
+			errs[i] = fmt.Errorf("queuey: publish to %q: %w: %s (%d): no queue has that name", out[i].key, ErrUnroutable, r.ReplyText, r.ReplyCode)
+		default:
+			return
+		}
+	}
+}
+
+// flight is one hold-queue declaration in progress, shared by the publishes
+// that need it while it runs and forgotten when it ends.
+type flight struct {
+	done chan struct{}
+	err  error
+}
+
+// declareHold declares a hold queue immediately before a held publish. It is
+// never cached: the redeclaration renews x-expires, and a producer that
+// remembered the queue existed would let the broker delete it while in use.
+// Publishes that arrive while a declaration of the same queue is in flight
+// wait for it instead of starting another.
+func (p *Producer) declareHold(ctx context.Context, hold, work string, ttlMs int64, durable bool) error {
+	p.flightMu.Lock()
+	f, inFlight := p.flights[hold]
+	if !inFlight {
+		f = &flight{done: make(chan struct{})}
+		p.flights[hold] = f
+	}
+	p.flightMu.Unlock()
+	if inFlight {
+		select {
+		case <-f.done:
+			return f.err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	f.err = p.declareOnDeclChannel(ctx, hold, durable, topology.HoldArgs(work, ttlMs))
+	p.flightMu.Lock()
+	delete(p.flights, hold)
+	p.flightMu.Unlock()
+	close(f.done)
+	return f.err
+}
+
+// declareOnDeclChannel declares a queue on the declaration channel, which is
+// never a publishing channel: a declaration the broker refuses closes its
+// channel, and must not take publishes in flight down with it. Declarations
+// are serialised, because amqp091-go would hand the refusal to whichever
+// call on the channel happens to read it.
+func (p *Producer) declareOnDeclChannel(ctx context.Context, name string, durable bool, args map[string]any) error {
+	select {
+	case p.declSem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-p.declSem }()
+	for try := 0; ; try++ {
+		if p.declCh == nil || p.declCh.IsClosed() {
+			ch, err := p.conn.channel(ctx)
+			if err != nil {
+				return fmt.Errorf("queuey: declare queue %q: %w", name, err)
+			}
+			p.declCh = ch
+		}
+		err := declareQueue(p.declCh, name, durable, args)
+		// A channel closed by an earlier refusal or a lost connection
+		// was not this declaration's fault: reopen and try once more.
+		if err != nil && try == 0 && errors.Is(err, amqp.ErrClosed) {
+			p.declCh = nil
+			continue
+		}
+		return err
+	}
+}
