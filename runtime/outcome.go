@@ -1,0 +1,244 @@
+package queuey
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"github.com/queuey/terraform-provider-queuey/runtime/topology"
+)
+
+// Action is what a worker does with a delivery once its handler returned.
+type Action int
+
+const (
+	// ActionAck acknowledges the delivery: the job is done.
+	ActionAck Action = iota + 1
+	// ActionRetry publishes the job through a hold queue with attempt+1 at
+	// priority 0, then acknowledges the delivery.
+	ActionRetry
+	// ActionDefer publishes the job through a hold queue with the same
+	// attempt, deferrals+1, at the queue's max priority, then acknowledges
+	// the delivery.
+	ActionDefer
+	// ActionDeadLetter publishes the delivery to the queue's dead-letter
+	// queue with the reason, then acknowledges it.
+	ActionDeadLetter
+)
+
+func (a Action) String() string {
+	switch a {
+	case ActionAck:
+		return "ack"
+	case ActionRetry:
+		return "retry"
+	case ActionDefer:
+		return "defer"
+	case ActionDeadLetter:
+		return "dead-letter"
+	}
+	return fmt.Sprintf("Action(%d)", int(a))
+}
+
+// Dead-letter reasons that name no handler error, as written into the
+// x-death-reason header.
+const (
+	// ReasonMalformedEnvelope: the body was not a queuey envelope; it is
+	// copied to the dead-letter queue verbatim.
+	ReasonMalformedEnvelope = "malformed envelope"
+	// ReasonUnknownJobType: no worker is registered for the job's kind.
+	ReasonUnknownJobType = "unknown job type"
+)
+
+// Outcome is the decision a worker took on one delivery: the same value for
+// the worker pool, which then publishes and settles it, and for the test
+// double in queueytest, which only reports it.
+type Outcome struct {
+	// Action is what happens to the delivery.
+	Action Action
+	// Delay is the delay before the job runs again: for a retry the policy's
+	// (jittered) delay, for a deferral the one the handler asked for.
+	Delay time.Duration
+	// Err is what the handler returned; a panic is a *PanicError, a timeout
+	// matches ErrJobTimedOut. For a malformed envelope or an unknown job
+	// type it says what was wrong. Nil for an ack.
+	Err error
+	// HoldTTL is Delay rounded up to the worker's granularity: the TTL, and
+	// so the name, of the hold queue the job passes through.
+	HoldTTL time.Duration
+	// Job describes the delivery; zero for a malformed envelope.
+	Job JobContext
+	// Policy is the retry policy that was resolved for the job.
+	Policy RetryPolicy
+	// Reason is the deferral's reason, or the dead letter's x-death-reason.
+	Reason string
+
+	// env is the decoded envelope, nil for a malformed one; the pool
+	// republishes from it.
+	env *Envelope
+}
+
+// Dispatcher is the decision half of a worker pool, without a broker: it
+// decodes a body, finds the job's worker, resolves the retry policy and the
+// timeout, runs the worker with panics recovered, and returns the Outcome.
+// WorkerPool uses one for every delivery; queueytest uses one to show a unit
+// test what the pool would do.
+type Dispatcher struct {
+	workers *Workers
+	opts    WorkerOptions
+	rnd     func() float64
+}
+
+// NewDispatcher checks the registry and the options the way building a pool
+// does: two workers for one kind, an override for a kind nobody handles, or
+// a policy that cannot be followed is an error. Options.Queues and the
+// logger are not used.
+func NewDispatcher(workers *Workers, opts *WorkerOptions) (*Dispatcher, error) {
+	if err := workers.validate(); err != nil {
+		return nil, err
+	}
+	o, err := opts.resolve()
+	if err != nil {
+		return nil, err
+	}
+	for kind := range o.RetryByKind {
+		if _, ok := workers.handlers[kind]; !ok {
+			return nil, fmt.Errorf("retry override for job kind %q: no worker handles that kind (registered: %v)", kind, workers.Kinds())
+		}
+	}
+	return &Dispatcher{workers: workers, opts: o}, nil
+}
+
+// Dispatch handles one message body taken from the logical queue queue and
+// returns what to do with it. ctx is the job's parent context: cancelling it
+// cancels the handler's.
+func (d *Dispatcher) Dispatch(ctx context.Context, queue string, body []byte) Outcome {
+	env, err := decodeEnvelope(body)
+	if err != nil {
+		return Outcome{Action: ActionDeadLetter, Reason: ReasonMalformedEnvelope, Err: err}
+	}
+	return d.DispatchEnvelope(ctx, queue, env)
+}
+
+// DispatchEnvelope is Dispatch for an envelope already decoded.
+func (d *Dispatcher) DispatchEnvelope(ctx context.Context, queue string, env Envelope) Outcome {
+	jc := jobContextFromEnvelope(env, 0)
+	h, ok := d.workers.handlers[env.JobType]
+	if !ok {
+		return Outcome{Action: ActionDeadLetter, Reason: ReasonUnknownJobType, Job: jc, env: &env,
+			Err: fmt.Errorf("no worker is registered for job type %q", env.JobType)}
+	}
+	p, err := h.prepare(env.Payload, jc)
+	if err != nil {
+		err = fmt.Errorf("payload of job type %q does not decode: %w", env.JobType, err)
+		return Outcome{Action: ActionDeadLetter, Reason: "malformed payload: " + err.Error(), Job: jc, env: &env, Err: err}
+	}
+	cands := retryCandidates{handler: p.handlerPolicy, jobType: p.jobTypePolicy, queueDefault: d.opts.Retry}
+	if rp, ok := d.opts.RetryByKind[env.JobType]; ok {
+		cands.kindOverride = &rp
+	}
+	if rp, ok := d.opts.RetryByQueue[queue]; ok {
+		cands.queueOverride = &rp
+	}
+	policy, _ := cands.resolve()
+	jc.MaxAttempts = policy.Attempts()
+
+	timeout := d.opts.JobTimeout
+	if p.hasTimeout {
+		timeout = p.timeout
+	}
+	err = runJob(ctx, p, jc, timeout)
+	o := classify(jc, err, policy, d.opts.RetryGranularity, d.opts.DeferGranularity, d.rnd)
+	o.env = &env
+	return o
+}
+
+// errTimeoutCause tells the job timeout apart from the parent's cancellation.
+var errTimeoutCause = errors.New("job timeout")
+
+// runJob runs a prepared job with its timeout, recovering a panic. A handler
+// that outlives its timeout, or its parent context, is abandoned: the
+// delivery is settled without it, because a handler that ignores its context
+// would otherwise hold a delivery, and a shutdown, forever.
+func runJob(ctx context.Context, p *preparedJob, jc JobContext, timeout time.Duration) error {
+	ctx = WithJobContext(ctx, jc)
+	var cancel context.CancelFunc
+	if timeout > 0 {
+		ctx, cancel = context.WithTimeoutCause(ctx, timeout, errTimeoutCause)
+	} else {
+		ctx, cancel = context.WithCancel(ctx)
+	}
+	defer cancel()
+
+	done := make(chan error, 1)
+	go func() {
+		defer func() {
+			if r := recover(); r != nil {
+				done <- &PanicError{Value: r, Stack: debug.Stack()}
+			}
+		}()
+		done <- p.run(ctx, jc)
+	}()
+
+	var err error
+	select {
+	case err = <-done:
+		if err == nil {
+			return nil // finished, if only just
+		}
+	case <-ctx.Done():
+		err = fmt.Errorf("handler abandoned: %w", ctx.Err())
+	}
+	if context.Cause(ctx) == errTimeoutCause {
+		var pe *PanicError
+		if !errors.As(err, &pe) {
+			return fmt.Errorf("%w after %s: %w", ErrJobTimedOut, timeout, err)
+		}
+	}
+	return err
+}
+
+// classify turns a handler's result into an outcome. It is pure: the
+// randomness of the jitter comes in through rnd.
+func classify(jc JobContext, err error, policy RetryPolicy, retryGranularity, deferGranularity time.Duration, rnd func() float64) Outcome {
+	o := Outcome{Job: jc, Err: err, Policy: policy}
+	if err == nil {
+		o.Action = ActionAck
+		return o
+	}
+	var fatal *FatalError
+	if errors.As(err, &fatal) {
+		o.Action, o.Reason = ActionDeadLetter, err.Error()
+		return o
+	}
+	var def *DeferError
+	if errors.As(err, &def) {
+		ttl, herr := topology.HoldTTL(def.Delay, deferGranularity)
+		if herr != nil {
+			o.Action, o.Err = ActionDeadLetter, fmt.Errorf("deferral refused: %w", herr)
+			o.Reason = o.Err.Error()
+			return o
+		}
+		o.Action, o.Delay, o.HoldTTL, o.Reason = ActionDefer, def.Delay, time.Duration(ttl)*time.Millisecond, def.Reason
+		return o
+	}
+	if verr := policy.Validate(); verr != nil {
+		o.Action, o.Reason = ActionDeadLetter, fmt.Sprintf("invalid retry policy (%v) after: %v", verr, err)
+		return o
+	}
+	if !policy.Retries(jc.Attempt) {
+		o.Action = ActionDeadLetter
+		o.Reason = fmt.Sprintf("attempts exhausted (%d of %d): %v", jc.Attempt, policy.Attempts(), err)
+		return o
+	}
+	o.Delay = policy.Delay(jc.Attempt, rnd)
+	ttl, herr := topology.HoldTTL(o.Delay, retryGranularity)
+	if herr != nil { // Validate keeps delays in range; this is belt and braces
+		o.Action, o.Reason = ActionDeadLetter, fmt.Sprintf("retry refused (%v) after: %v", herr, err)
+		return o
+	}
+	o.Action, o.HoldTTL = ActionRetry, time.Duration(ttl)*time.Millisecond
+	return o
+}

@@ -1,0 +1,131 @@
+package queuey
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/queuey/terraform-provider-queuey/runtime/topology"
+)
+
+// WorkerOptions configure a worker pool. A nil *WorkerOptions, like the zero
+// value, means every default.
+//
+// Retry policies are resolved per job, highest precedence first:
+//
+//  1. the worker's own, when it implements WorkerWithRetryPolicy (it sees
+//     the job's arguments);
+//  2. RetryByKind, for the job's kind;
+//  3. RetryByQueue, for the queue the job was taken from;
+//  4. the kind's default, when its args implement JobArgsWithRetryPolicy;
+//  5. Retry, the pool's default for every queue;
+//  6. the zero RetryPolicy: exponential, 10 attempts, 1 s doubling to 5 min.
+type WorkerOptions struct {
+	// AMQPConfig is passed to amqp091-go when dialling, for TLS, heartbeats
+	// and a connection name. Its Recovery field is ignored: the pool
+	// reconnects by itself, because it must redeclare and resubscribe.
+	// Defaults to amqp091-go's defaults.
+	AMQPConfig *amqp.Config
+	// Concurrency bounds how many handlers run at once across all queues.
+	// Defaults to the sum of the consumed queues' prefetch, so that every
+	// delivery the broker hands over can start at once.
+	Concurrency int
+	// DeferGranularity is the step a deferral's delay is rounded up to. It
+	// must be a whole number of milliseconds. Defaults to 1 s.
+	DeferGranularity time.Duration
+	// JobTimeout bounds one run of a handler; a run that exceeds it counts
+	// as a failure and is retried. A worker implementing WorkerWithTimeout
+	// overrides it. Defaults to none.
+	JobTimeout time.Duration
+	// Logger receives a record per job: success and deferral at Info, retry
+	// at Warn, dead letters at Error. Defaults to slog.Default().
+	Logger *slog.Logger
+	// OnDeadLetter runs before a job is published to its dead-letter queue,
+	// for alerting. A panic in it is recovered and logged; it cannot stop
+	// the dead letter. Defaults to none.
+	OnDeadLetter func(ctx context.Context, dl DeadLetter)
+	// Producer publishes retries, deferrals and dead letters. It must have
+	// been built from the same queue set, so that it knows the queues.
+	// Defaults to a producer the pool opens, on a connection of its own, and
+	// closes when it stops.
+	Producer *Producer
+	// Queues are the logical queues of the set to consume. Defaults to all
+	// of them.
+	Queues []string
+	// Retry is the pool's default retry policy for every queue, below the
+	// job kind's own default. Defaults to nil: the zero RetryPolicy.
+	Retry *RetryPolicy
+	// RetryByKind overrides the retry policy of a job kind. Defaults to none.
+	RetryByKind map[string]RetryPolicy
+	// RetryByQueue overrides the retry policy of every job taken from a
+	// logical queue. Defaults to none.
+	RetryByQueue map[string]RetryPolicy
+	// RetryGranularity is the step a retry's delay is rounded up to, which
+	// bounds the number of hold queues retries create per work queue (with a
+	// 5 min cap, 1 s allows up to 300). It must be a whole number of
+	// milliseconds. Defaults to 1 s.
+	RetryGranularity time.Duration
+}
+
+// DeadLetter is what OnDeadLetter is told about a job on its way to the
+// dead-letter queue.
+type DeadLetter struct {
+	// Body is the message body, copied verbatim to the dead-letter queue.
+	Body []byte
+	// Err is the error that dead-lettered the job.
+	Err error
+	// Job describes the job; zero for a malformed envelope.
+	Job JobContext
+	// Queue is the broker name of the work queue the job came from.
+	Queue string
+	// Reason is the x-death-reason header it gets.
+	Reason string
+}
+
+// resolve returns a copy of o with defaults filled in, or an error for an
+// option that cannot be followed.
+func (o *WorkerOptions) resolve() (WorkerOptions, error) {
+	var r WorkerOptions
+	if o != nil {
+		r = *o
+	}
+	if r.Logger == nil {
+		r.Logger = slog.Default()
+	}
+	for _, g := range []struct {
+		name string
+		d    *time.Duration
+	}{{"retry granularity", &r.RetryGranularity}, {"defer granularity", &r.DeferGranularity}} {
+		if *g.d == 0 {
+			*g.d = topology.DefaultGranularity
+		}
+		if *g.d < time.Millisecond || *g.d%time.Millisecond != 0 {
+			return r, fmt.Errorf("worker options: %s %s must be a positive whole number of milliseconds", g.name, *g.d)
+		}
+	}
+	if r.Concurrency < 0 {
+		return r, fmt.Errorf("worker options: concurrency %d is negative: use 0 for the default (the sum of prefetch)", r.Concurrency)
+	}
+	if r.JobTimeout < 0 {
+		return r, fmt.Errorf("worker options: job timeout %s is negative: use 0 for none", r.JobTimeout)
+	}
+	if r.Retry != nil {
+		if err := r.Retry.Validate(); err != nil {
+			return r, fmt.Errorf("worker options: default %w", err)
+		}
+	}
+	for kind, p := range r.RetryByKind {
+		if err := p.Validate(); err != nil {
+			return r, fmt.Errorf("worker options: job kind %q: %w", kind, err)
+		}
+	}
+	for q, p := range r.RetryByQueue {
+		if err := p.Validate(); err != nil {
+			return r, fmt.Errorf("worker options: queue %q: %w", q, err)
+		}
+	}
+	return r, nil
+}
