@@ -143,3 +143,19 @@ func (e *PanicError) Error() string { return fmt.Sprintf("job panicked: %v", e.V
 
 // Is makes errors.Is(err, ErrJobPanicked) true.
 func (e *PanicError) Is(target error) bool { return target == ErrJobPanicked }
+
+// EnqueueJob enqueues args on the queue its kind names, with its kind as the
+// job type: Producer.Enqueue, typed.
+func EnqueueJob[T JobArgs](ctx context.Context, p *Producer, args T, opts *EnqueueOptions) (string, error) {
+	return p.Enqueue(ctx, args.Queue(), args.Kind(), args, opts)
+}
+
+// EnqueueJobAfter is Producer.EnqueueAfter, typed.
+func EnqueueJobAfter[T JobArgs](ctx context.Context, p *Producer, args T, delay time.Duration, opts *EnqueueOptions) (string, error) {
+	return p.EnqueueAfter(ctx, args.Queue(), args.Kind(), args, delay, opts)
+}
+
+// DeferJob is Producer.Defer, typed.
+func DeferJob[T JobArgs](ctx context.Context, p *Producer, args T, delay time.Duration, opts *EnqueueOptions) (string, error) {
+	return p.Defer(ctx, args.Queue(), args.Kind(), args, delay, opts)
+}

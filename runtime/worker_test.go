@@ -1,0 +1,281 @@
+package queuey
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/queuey/terraform-provider-queuey/runtime/topology"
+)
+
+// fakePublisher records republishes, in order with acks, and fails on demand.
+type fakePublisher struct {
+	mu     sync.Mutex
+	events *[]string
+	envs   []Envelope
+	ttls   []int64
+	hdrs   []amqp.Table
+	raws   []amqp.Publishing
+	rawQs  []string
+	fail   error
+}
+
+func (f *fakePublisher) publishEnvelopeWith(_ context.Context, env Envelope, ttl int64, h amqp.Table) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	*f.events = append(*f.events, "publish")
+	if f.fail != nil {
+		return f.fail
+	}
+	f.envs, f.ttls, f.hdrs = append(f.envs, env), append(f.ttls, ttl), append(f.hdrs, h)
+	return nil
+}
+
+func (f *fakePublisher) publishRaw(_ context.Context, queue string, msg amqp.Publishing) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	*f.events = append(*f.events, "publish-raw")
+	if f.fail != nil {
+		return f.fail
+	}
+	f.raws, f.rawQs = append(f.raws, msg), append(f.rawQs, queue)
+	return nil
+}
+
+// fakeAck is an amqp.Acknowledger that records what was done.
+type fakeAck struct{ events *[]string }
+
+func (a fakeAck) Ack(uint64, bool) error { *a.events = append(*a.events, "ack"); return nil }
+func (a fakeAck) Nack(_ uint64, _ bool, requeue bool) error {
+	if requeue {
+		*a.events = append(*a.events, "nack-requeue")
+	} else {
+		*a.events = append(*a.events, "nack")
+	}
+	return nil
+}
+func (a fakeAck) Reject(uint64, bool) error { *a.events = append(*a.events, "reject"); return nil }
+
+type settleBundle struct {
+	pool   *WorkerPool
+	pub    *fakePublisher
+	events *[]string
+	q      *poolQueue
+	hooked []DeadLetter
+}
+
+func setupSettle(t *testing.T, hook func(context.Context, DeadLetter)) *settleBundle {
+	t.Helper()
+	ws := NewWorkers()
+	AddWorker(ws, WorkFunc[plainArgs](func(_ context.Context, j *Job[plainArgs]) error {
+		switch j.Args.N {
+		case 0:
+			return nil
+		case 1:
+			return errors.New("flaky")
+		case 2:
+			return JobDefer(2*time.Second, "Retry-After: 2")
+		}
+		return JobFatal(errors.New("never"))
+	}))
+	b := &settleBundle{events: &[]string{}}
+	opts := &WorkerOptions{
+		Logger:           slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Retry:            &RetryPolicy{MaxAttempts: 3, Base: 100 * time.Millisecond},
+		RetryGranularity: 100 * time.Millisecond,
+		OnDeadLetter: func(ctx context.Context, dl DeadLetter) {
+			b.hooked = append(b.hooked, dl)
+			if hook != nil {
+				hook(ctx, dl)
+			}
+		},
+	}
+	set := QueueSet{Prefix: "p", Queues: []QueueConfig{{Name: "q1", MaxPriority: 7}, {Name: "q2"}}}
+	pool, err := newWorkerPool(set, ws, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.pub = &fakePublisher{events: b.events}
+	pool.pub = b.pub
+	b.pool, b.q = pool, pool.queues[0]
+	return b
+}
+
+func (b *settleBundle) deliver(t *testing.T, body []byte) {
+	t.Helper()
+	d := amqp.Delivery{
+		Acknowledger: fakeAck{b.events}, Body: body, ContentType: "application/json", MessageId: "m1", Type: "plain",
+		Priority: 3, CorrelationId: "corr", Expiration: "60000", UserId: "guest",
+		Headers: amqp.Table{"x-death": []any{amqp.Table{"count": int64(1)}}, "x-first-death-queue": "p.q1.deferred.100", "x-last-death-reason": "expired", "custom": "kept", topology.HeaderAttempt: int64(2)},
+	}
+	b.pool.handle(b.q, d)
+}
+
+func TestWorkerPoolOptions(t *testing.T) {
+	t.Parallel()
+	set := QueueSet{Prefix: "p", Queues: []QueueConfig{{Name: "q1", Prefetch: 5}, {Name: "q2"}}}
+	ws := NewWorkers()
+	AddWorker(ws, WorkFunc[plainArgs](func(context.Context, *Job[plainArgs]) error { return nil }))
+	pool, err := newWorkerPool(set, ws, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cap(pool.sem) != 5+DefaultPrefetch {
+		t.Errorf("default concurrency %d, want the sum of prefetch %d", cap(pool.sem), 5+DefaultPrefetch)
+	}
+	if pool.queues[0].maxPriority != topology.DefaultMaxPriority || pool.queues[0].work != "p.q1" || pool.queues[0].dead != "p.q1.dead" {
+		t.Errorf("queue: %+v", pool.queues[0])
+	}
+	if name := pool.connCfg.Properties["connection_name"]; name != "queuey worker p" {
+		t.Errorf("connection name %v", name)
+	}
+	pool, err = newWorkerPool(set, ws, &WorkerOptions{Queues: []string{"q2"}, Concurrency: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pool.queues) != 1 || pool.queues[0].name != "q2" || cap(pool.sem) != 3 {
+		t.Errorf("restricted pool: %d queues, concurrency %d", len(pool.queues), cap(pool.sem))
+	}
+	for _, bad := range []*WorkerOptions{
+		{Queues: []string{"nope"}},
+		{RetryByQueue: map[string]RetryPolicy{"nope": {}}},
+		{Concurrency: -1},
+		{JobTimeout: -time.Second},
+		{Retry: &RetryPolicy{Factor: 0.1}},
+	} {
+		if _, err := newWorkerPool(set, ws, bad); err == nil {
+			t.Errorf("%+v accepted", bad)
+		}
+	}
+	other := QueueSet{Prefix: "p", Queues: []QueueConfig{{Name: "q2"}}}
+	if _, err := newWorkerPool(other, ws, nil); err == nil || !strings.Contains(err.Error(), `goes to queue "q1", which is not in queue set`) {
+		t.Errorf("a kind for a queue outside the set: %v", err)
+	}
+}
+
+func TestWorkerPoolSettleAck(t *testing.T) {
+	t.Parallel()
+	b := setupSettle(t, nil)
+	b.deliver(t, envelopeBody(t, "plain", "p.q1", 1, plainArgs{N: 0}))
+	if got := strings.Join(*b.events, ","); got != "ack" {
+		t.Errorf("events %s", got)
+	}
+}
+
+func TestWorkerPoolSettleRetryPublishesThenAcks(t *testing.T) {
+	t.Parallel()
+	b := setupSettle(t, nil)
+	b.deliver(t, envelopeBody(t, "plain", "p.q1", 2, plainArgs{N: 1}))
+	if got := strings.Join(*b.events, ","); got != "publish,ack" {
+		t.Fatalf("events %s", got)
+	}
+	env := b.pub.envs[0]
+	if env.Attempt != 3 || env.Priority != 0 || env.Deferrals != 0 || env.Queue != "p.q1" {
+		t.Errorf("retry envelope %+v", env)
+	}
+	// attempt 2: bound 200 ms, in 100 ms steps
+	if ttl := b.pub.ttls[0]; ttl != 100 && ttl != 200 {
+		t.Errorf("hold TTL %d ms, want 100 or 200", ttl)
+	}
+	if b.pub.hdrs[0]["custom"] != "kept" {
+		t.Errorf("headers not carried over: %v", b.pub.hdrs[0])
+	}
+}
+
+func TestWorkerPoolSettleDeferKeepsAttemptAtMaxPriority(t *testing.T) {
+	t.Parallel()
+	b := setupSettle(t, nil)
+	b.deliver(t, envelopeBody(t, "plain", "p.q1", 3, plainArgs{N: 2}))
+	if got := strings.Join(*b.events, ","); got != "publish,ack" {
+		t.Fatalf("events %s", got)
+	}
+	env := b.pub.envs[0]
+	if env.Attempt != 3 || env.Priority != 7 || env.Deferrals != 1 || b.pub.ttls[0] != 2000 {
+		t.Errorf("deferral envelope %+v, ttl %d", env, b.pub.ttls[0])
+	}
+}
+
+func TestWorkerPoolSettleDeadLetter(t *testing.T) {
+	t.Parallel()
+	b := setupSettle(t, func(context.Context, DeadLetter) { panic("hook exploded") })
+	body := envelopeBody(t, "plain", "p.q1", 1, plainArgs{N: 3})
+	b.deliver(t, body)
+	if got := strings.Join(*b.events, ","); got != "publish-raw,ack" {
+		t.Fatalf("events %s", got)
+	}
+	if len(b.hooked) != 1 || b.hooked[0].Reason != "fatal: never" {
+		t.Errorf("hook saw %+v", b.hooked)
+	}
+	msg := b.pub.raws[0]
+	if b.pub.rawQs[0] != "p.q1.dead" || string(msg.Body) != string(body) {
+		t.Errorf("dead letter to %s with body %s", b.pub.rawQs[0], msg.Body)
+	}
+	h := msg.Headers
+	if h[topology.HeaderDeathReason] != "fatal: never" || h[topology.HeaderOriginalQueue] != "p.q1" || h[topology.HeaderAttempts] != int64(1) {
+		t.Errorf("headers %v", h)
+	}
+	for k := range h {
+		if k == "x-death" || strings.HasPrefix(k, "x-first-death") || strings.HasPrefix(k, "x-last-death") {
+			t.Errorf("broker header %s copied", k)
+		}
+	}
+	if h["custom"] != "kept" || msg.MessageId != "m1" || msg.Type != "plain" || msg.CorrelationId != "corr" || msg.DeliveryMode != amqp.Persistent {
+		t.Errorf("properties not kept: %+v", msg)
+	}
+	if msg.Expiration != "" || msg.UserId != "" {
+		t.Errorf("expiration %q or user id %q copied", msg.Expiration, msg.UserId)
+	}
+}
+
+func TestWorkerPoolSettleMalformedCopiedVerbatim(t *testing.T) {
+	t.Parallel()
+	b := setupSettle(t, nil)
+	b.deliver(t, []byte("\x00garbage"))
+	if got := strings.Join(*b.events, ","); got != "publish-raw,ack" {
+		t.Fatalf("events %s", got)
+	}
+	msg := b.pub.raws[0]
+	if string(msg.Body) != "\x00garbage" || msg.Headers[topology.HeaderDeathReason] != ReasonMalformedEnvelope || msg.Headers[topology.HeaderAttempts] != int64(2) {
+		t.Errorf("malformed dead letter %+v", msg)
+	}
+}
+
+func TestWorkerPoolSettleNeverAcksAFailedRepublish(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{1, 2, 3} {
+		b := setupSettle(t, nil)
+		b.pub.fail = errors.New("broker said no")
+		b.pool.stopCancel() // skip the pause before requeueing
+		b.deliver(t, envelopeBody(t, "plain", "p.q1", 1, plainArgs{N: n}))
+		got := strings.Join(*b.events, ",")
+		if got != "publish,nack-requeue" && got != "publish-raw,nack-requeue" {
+			t.Errorf("N=%d: events %s", n, got)
+		}
+	}
+}
+
+func TestHeaderInt(t *testing.T) {
+	t.Parallel()
+	h := amqp.Table{"a": int32(4), "b": int64(5), "c": "6", "d": uint8(7)}
+	for k, want := range map[string]int{"a": 4, "b": 5, "c": 0, "d": 7, "e": 0} {
+		if got := headerInt(h, k); got != want {
+			t.Errorf("%s: %d, want %d", k, got, want)
+		}
+	}
+}
+
+func TestEnvelopeBodyHelperDecodes(t *testing.T) {
+	t.Parallel()
+	var env Envelope
+	if err := json.Unmarshal(envelopeBody(t, "k", "q", 1, 1), &env); err != nil || env.JobType != "k" {
+		t.Fatal(env, err)
+	}
+}
