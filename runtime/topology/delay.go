@@ -25,7 +25,12 @@ type DelayTooLongError struct {
 
 func (e *DelayTooLongError) Error() string {
 	return fmt.Sprintf("delay of %s is longer than a hold queue can wait (%s); it was refused rather than released early",
-		FormatDuration(e.Delay), FormatDuration(time.Duration(MaxHoldTTL)*time.Millisecond/time.Second*time.Second))
+		FormatDuration(e.Delay), maxHoldWait())
+}
+
+// maxHoldWait is MaxHoldTTL for people: whole seconds, as the seed writes it.
+func maxHoldWait() string {
+	return FormatDuration(time.Duration(MaxHoldTTL) * time.Millisecond / time.Second * time.Second)
 }
 
 // Is makes errors.Is(err, ErrDelayTooLong) true.
@@ -41,6 +46,10 @@ func HoldTTL(delay, granularity time.Duration) (int64, error) {
 	}
 	if granularity%time.Millisecond != 0 {
 		return 0, fmt.Errorf("%w: granularity %s must be a whole number of milliseconds", ErrInvalidDelay, granularity)
+	}
+	if granularity > time.Duration(MaxHoldTTL)*time.Millisecond {
+		// Otherwise the delay would be blamed for a step no delay fits.
+		return 0, fmt.Errorf("%w: granularity %s is longer than a hold queue can wait (%s)", ErrInvalidDelay, FormatDuration(granularity), maxHoldWait())
 	}
 	if delay < 0 {
 		return 0, fmt.Errorf("%w: delay %s is negative", ErrInvalidDelay, delay)

@@ -81,6 +81,9 @@ func TestHoldTTLInvalid(t *testing.T) {
 		{"one nanosecond granularity", time.Second, 1, "milliseconds"},
 		{"granularity not whole ms", time.Second, time.Millisecond + 1, "milliseconds"},
 		{"granularity 1.5ms", time.Second, 1500 * time.Microsecond, "milliseconds"},
+		{"granularity above the ceiling", 0, time.Duration(topology.MaxHoldTTL+1) * time.Millisecond, "longer than a hold queue"},
+		{"granularity of 30 days", time.Second, 30 * 24 * time.Hour, "longer than a hold queue"},
+		{"largest whole-ms granularity", math.MaxInt64, math.MaxInt64 / time.Millisecond * time.Millisecond, "longer than a hold queue"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -124,9 +127,6 @@ func TestHoldTTLTooLong(t *testing.T) {
 		{"25 days with 1ms", 25 * 24 * time.Hour, ms},
 		{"largest duration", math.MaxInt64, time.Second},
 		{"largest duration with 1ms", math.MaxInt64, ms},
-		{"largest duration with largest whole-ms granularity", math.MaxInt64, math.MaxInt64 / ms * ms},
-		{"granularity above the ceiling", 0, time.Duration(topology.MaxHoldTTL+1) * ms},
-		{"granularity of 30 days", time.Second, 30 * 24 * time.Hour},
 		{"three steps of half the ceiling", time.Duration(topology.MaxHoldTTL/2)*2*ms + 1, time.Duration(topology.MaxHoldTTL/2) * ms},
 	}
 	for _, tt := range tests {

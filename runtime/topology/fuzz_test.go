@@ -221,7 +221,9 @@ func FuzzHoldTTL(f *testing.F) {
 		delay, gran := time.Duration(delayNs), time.Duration(granNs)
 		got, err := topology.HoldTTL(delay, gran)
 
-		invalid := delayNs < 0 || granNs <= 0 || granNs%ms != 0
+		// A step longer than the ceiling fits no delay, so it is the
+		// granularity that is invalid, not the delay that is too long.
+		invalid := delayNs < 0 || granNs <= 0 || granNs%ms != 0 || granNs/ms > topology.MaxHoldTTL
 		if invalid {
 			if err == nil || !errors.Is(err, topology.ErrInvalidDelay) || errors.Is(err, topology.ErrDelayTooLong) || got != 0 {
 				t.Fatalf("HoldTTL(%d, %d) = (%d, %v), want ErrInvalidDelay", delayNs, granNs, got, err)
