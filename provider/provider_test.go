@@ -1,0 +1,338 @@
+package provider
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/terraform-plugin-framework/providerserver"
+	"github.com/hashicorp/terraform-plugin-go/tfprotov6"
+	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/terraform"
+	rabbithole "github.com/michaelklishin/rabbit-hole/v2"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// testAccProviders serves the provider in-process to the real Terraform
+// binary that terraform-plugin-testing runs (TF_ACC_TERRAFORM_PATH, or
+// terraform on PATH; nothing is downloaded).
+var testAccProviders = map[string]func() (tfprotov6.ProviderServer, error){
+	"queuey": providerserver.NewProtocol6WithError(New("test")()),
+}
+
+// terraformState is what a TestCheckFunc is handed.
+type terraformState = terraform.State
+
+// testEnv is where the acceptance tests find the broker. The defaults are a
+// local RabbitMQ with the management plugin.
+type testEnv struct {
+	endpoint, username, password, amqpURL string
+}
+
+func getTestEnv() testEnv {
+	get := func(k, def string) string {
+		if v := os.Getenv(k); v != "" {
+			return v
+		}
+		return def
+	}
+	return testEnv{
+		endpoint: strings.TrimRight(get("QUEUEY_ENDPOINT", defaultEndpoint), "/"),
+		username: get("QUEUEY_USERNAME", defaultUsername),
+		password: get("QUEUEY_PASSWORD", defaultPassword),
+		amqpURL:  get("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"),
+	}
+}
+
+// testBroker is the acceptance tests' own line to the broker, to check
+// what the provider did there rather than what it wrote in state.
+type testBroker struct {
+	t    *testing.T
+	env  testEnv
+	mgmt *rabbithole.Client
+	conn *amqp.Connection
+}
+
+// newTestBroker fails the test, never skips it, when the broker is not
+// there: TF_ACC means the acceptance tests were asked for.
+func newTestBroker(t *testing.T) *testBroker {
+	t.Helper()
+	if os.Getenv("TF_ACC") == "" {
+		t.Skip("acceptance tests run with TF_ACC=1")
+	}
+	env := getTestEnv()
+	mgmt, err := rabbithole.NewClient(env.endpoint, env.username, env.password)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgmt.SetTimeout(10 * time.Second)
+	if _, err := mgmt.Overview(); err != nil {
+		t.Fatalf("the RabbitMQ management API at %s did not answer (is RabbitMQ running with the management plugin?): %v", env.endpoint, err)
+	}
+	conn, err := amqp.Dial(env.amqpURL)
+	if err != nil {
+		t.Fatalf("AMQP at %s did not answer (is RabbitMQ running?): %v", env.amqpURL, err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return &testBroker{t: t, env: env, mgmt: mgmt, conn: conn}
+}
+
+// uniquePrefix gives each test its own queues, and deletes whatever is left
+// of them when the test ends, passed or not.
+func (b *testBroker) uniquePrefix(name string) string {
+	var r [4]byte
+	_, _ = rand.Read(r[:])
+	prefix := "tfacc-" + name + "-" + hex.EncodeToString(r[:])
+	b.t.Cleanup(func() {
+		for _, q := range b.queues(prefix) {
+			_, _ = b.mgmt.DeleteQueue("/", q.Name)
+		}
+	})
+	return prefix
+}
+
+// queues lists the broker's queues of a prefix.
+func (b *testBroker) queues(prefix string) map[string]rabbithole.QueueInfo {
+	b.t.Helper()
+	all, err := b.mgmt.ListQueuesIn("/")
+	if err != nil {
+		b.t.Fatalf("listing queues: %v", err)
+	}
+	out := map[string]rabbithole.QueueInfo{}
+	for _, q := range all {
+		if strings.HasPrefix(q.Name, prefix+".") {
+			out[q.Name] = q
+		}
+	}
+	return out
+}
+
+// checkQueues checks that the broker has exactly the queues of prefix in
+// want, each with its durability and arguments.
+func (b *testBroker) checkQueues(prefix string, want map[string]wantQueue) resource.TestCheckFunc {
+	return func(*terraformState) error {
+		got := b.queues(prefix)
+		if len(got) != len(want) {
+			names := make([]string, 0, len(got))
+			for n := range got {
+				names = append(names, n)
+			}
+			return fmt.Errorf("broker has %d queues under %q (%v), want %d", len(got), prefix, names, len(want))
+		}
+		for name, w := range want {
+			q, ok := got[name]
+			if !ok {
+				return fmt.Errorf("broker has no queue %q", name)
+			}
+			if q.Durable != w.durable {
+				return fmt.Errorf("queue %q durable = %t, want %t", name, q.Durable, w.durable)
+			}
+			if q.Type != "classic" {
+				return fmt.Errorf("queue %q type = %q, want classic", name, q.Type)
+			}
+			args := normalizeArgs(q.Arguments)
+			if len(args) != len(w.args) {
+				return fmt.Errorf("queue %q arguments = %v, want %v", name, q.Arguments, w.args)
+			}
+			for k, v := range w.args {
+				if args[k] != v {
+					return fmt.Errorf("queue %q argument %s = %#v, want %#v", name, k, q.Arguments[k], v)
+				}
+			}
+		}
+		return nil
+	}
+}
+
+// wantQueue is a queue as the broker should have it.
+type wantQueue struct {
+	durable bool
+	args    map[string]any
+}
+
+// publish puts n persistent messages on a queue through the default
+// exchange, with publisher confirms, so they are there when it returns.
+func (b *testBroker) publish(queue string, n int) {
+	b.t.Helper()
+	ch, err := b.conn.Channel()
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer ch.Close()
+	if err := ch.Confirm(false); err != nil {
+		b.t.Fatal(err)
+	}
+	for i := 0; i < n; i++ {
+		c, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", queue, true, false,
+			amqp.Publishing{DeliveryMode: amqp.Persistent, Body: []byte(fmt.Sprintf("message %d", i))})
+		if err != nil {
+			b.t.Fatal(err)
+		}
+		if ok, err := c.WaitContext(context.Background()); err != nil || !ok {
+			b.t.Fatalf("publish to %s not confirmed: %v", queue, err)
+		}
+	}
+}
+
+// count is a queue's message count from a passive declare, which is exact
+// at once, unlike the management API's.
+func (b *testBroker) count(queue string) (int, error) {
+	ch, err := b.conn.Channel()
+	if err != nil {
+		return 0, err
+	}
+	defer ch.Close()
+	q, err := ch.QueueDeclarePassive(queue, false, false, false, false, nil)
+	if err != nil {
+		return 0, err
+	}
+	return q.Messages, nil
+}
+
+func (b *testBroker) checkCount(queue string, want int) resource.TestCheckFunc {
+	return func(*terraformState) error {
+		got, err := b.count(queue)
+		if err != nil {
+			return fmt.Errorf("counting %s: %w", queue, err)
+		}
+		if got != want {
+			return fmt.Errorf("queue %s holds %d messages, want %d", queue, got, want)
+		}
+		return nil
+	}
+}
+
+// waitManagementCount waits until the management API's count of a queue,
+// which refreshes every few seconds, reaches want: the provider decides on
+// that count, so a test that expects it in an error waits for it first.
+func (b *testBroker) waitManagementCount(queue string, want int) {
+	b.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		q, err := b.mgmt.GetQueue("/", queue)
+		if err == nil && q.Messages == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.t.Fatalf("the management API did not report %d messages in %s within 30s (last: %+v, %v)", want, queue, q, err)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// checkDestroyed is a CheckDestroy: nothing of the prefix is left.
+func (b *testBroker) checkDestroyed(prefix string) resource.TestCheckFunc {
+	return func(*terraformState) error {
+		if left := b.queues(prefix); len(left) > 0 {
+			return fmt.Errorf("%d queues of %q are left after destroy", len(left), prefix)
+		}
+		return nil
+	}
+}
+
+// providerBlock configures the provider for the test broker, at endpoint
+// when one is given.
+func (b *testBroker) providerBlock(endpoint string) string {
+	if endpoint == "" {
+		endpoint = b.env.endpoint
+	}
+	return fmt.Sprintf(`
+provider "queuey" {
+  endpoint = %q
+  username = %q
+  password = %q
+}
+`, endpoint, b.env.username, b.env.password)
+}
+
+// countingProxy sits between the provider and the management API and
+// records every request, to show how many a refresh makes.
+type countingProxy struct {
+	mu       sync.Mutex
+	requests []string
+	server   *httptest.Server
+}
+
+func newCountingProxy(t *testing.T, target string) *countingProxy {
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &countingProxy{}
+	proxy := httputil.NewSingleHostReverseProxy(u)
+	p.server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p.mu.Lock()
+		p.requests = append(p.requests, r.Method+" "+r.URL.EscapedPath())
+		p.mu.Unlock()
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(p.server.Close)
+	return p
+}
+
+func (p *countingProxy) reset() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.requests = nil
+}
+
+func (p *countingProxy) seen() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.requests...)
+}
+
+func TestAccProvider_unreachableBroker(t *testing.T) {
+	b := newTestBroker(t)
+	prefix := b.uniquePrefix("unreach")
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: testAccProviders,
+		Steps: []resource.TestStep{{
+			// Port 1 on loopback refuses connections at once.
+			Config: b.providerBlock("http://127.0.0.1:1/") + fmt.Sprintf(`
+resource "queuey_queue_set" "test" {
+  prefix = %q
+  queues = { a = {} }
+}`, prefix),
+			ExpectError: regexp.MustCompile(`(?s)Cannot Reach RabbitMQ.*management plugin`),
+		}},
+	})
+}
+
+func TestAccProvider_wrongCredentials(t *testing.T) {
+	b := newTestBroker(t)
+	prefix := b.uniquePrefix("creds")
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: testAccProviders,
+		Steps: []resource.TestStep{{
+			Config: fmt.Sprintf(`
+provider "queuey" {
+  endpoint = %q
+  username = "queuey-no-such-user"
+  password = "wrong"
+}
+resource "queuey_queue_set" "test" {
+  prefix = %q
+  queues = { a = {} }
+}`, b.env.endpoint, prefix),
+			ExpectError: regexp.MustCompile(`(?s)RabbitMQ Refused The Credentials.*queuey-no-such-user`),
+		}},
+	})
+}
+
+// rabbitQueue is a declaration for the tests' own queues, made behind the
+// provider's back.
+func rabbitQueue(durable bool, args map[string]any) rabbithole.QueueSettings {
+	return rabbithole.QueueSettings{Durable: durable, Arguments: args}
+}

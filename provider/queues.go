@@ -1,0 +1,382 @@
+package provider
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/terraform-plugin-framework/attr"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+
+	"github.com/queuey/terraform-provider-queuey/runtime/topology"
+)
+
+// This file is the pure half of the queue set resource: ids, the mapping
+// between Terraform values and the topology package, what the broker's
+// queues say a queue's configuration is, and diffing. None of it does I/O,
+// so all of it is unit-tested.
+
+// queueModel is one element of the queues map.
+type queueModel struct {
+	MaxPriority   types.Int64  `tfsdk:"max_priority"`
+	MessageTTL    types.String `tfsdk:"message_ttl"`
+	Durable       types.Bool   `tfsdk:"durable"`
+	Name          types.String `tfsdk:"name"`
+	DeadName      types.String `tfsdk:"dead_name"`
+	Arguments     types.Map    `tfsdk:"arguments"`
+	DeadArguments types.Map    `tfsdk:"dead_arguments"`
+}
+
+// argsType is the type of the computed argument maps: integers only, because
+// every argument of a work or dead queue is an integer, and a number stays a
+// number in state and plan output.
+var argsType = types.MapType{ElemType: types.Int64Type}
+
+// queueObjectType is the object type of queueModel.
+var queueObjectType = types.ObjectType{AttrTypes: map[string]attr.Type{
+	"max_priority":   types.Int64Type,
+	"message_ttl":    types.StringType,
+	"durable":        types.BoolType,
+	"name":           types.StringType,
+	"dead_name":      types.StringType,
+	"arguments":      argsType,
+	"dead_arguments": argsType,
+}}
+
+// idEscaper escapes the two characters that would make an id ambiguous.
+var idEscaper = strings.NewReplacer("%", "%25", "@", "%40")
+
+// formatID makes the resource id and import id, "<prefix>@<vhost>", e.g.
+// "myapp@/". A '@' or '%' inside either part is percent-encoded.
+func formatID(vhost, prefix string) string {
+	return idEscaper.Replace(prefix) + "@" + idEscaper.Replace(vhost)
+}
+
+// parseID reads an id written by formatID. An id without '@' is a prefix in
+// the default virtual host "/".
+func parseID(id string) (vhost, prefix string, err error) {
+	rawPrefix, rawVhost := id, "/"
+	if i := strings.LastIndex(id, "@"); i >= 0 {
+		rawPrefix, rawVhost = id[:i], id[i+1:]
+	}
+	if prefix, err = url.PathUnescape(rawPrefix); err != nil {
+		return "", "", fmt.Errorf("the prefix part %q is not valid percent-encoding: %w", rawPrefix, err)
+	}
+	if vhost, err = url.PathUnescape(rawVhost); err != nil {
+		return "", "", fmt.Errorf("the virtual host part %q is not valid percent-encoding: %w", rawVhost, err)
+	}
+	if vhost == "" {
+		return "", "", fmt.Errorf("the virtual host after '@' is empty: write \"%s@/\" for the default virtual host", rawPrefix)
+	}
+	if err := topology.ValidatePrefix(prefix); err != nil {
+		return "", "", err
+	}
+	return vhost, prefix, nil
+}
+
+// parseTTL reads message_ttl. It takes Go duration syntax, which is what
+// the examples show ("90s", "15m", "24h", "1h30m").
+func parseTTL(s string) (time.Duration, error) {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a duration: write a number and a unit, such as \"90s\", \"15m\" or \"24h\"", s)
+	}
+	return d, nil
+}
+
+// formatTTL writes a TTL the way an import puts it in state: hours, minutes,
+// seconds and milliseconds with zero parts left out ("24h", "1m30s",
+// "1s500ms"), which parseTTL reads back to the same value.
+func formatTTL(d time.Duration) string {
+	if d == 0 {
+		return "0s"
+	}
+	var b strings.Builder
+	for _, p := range []struct {
+		unit   time.Duration
+		suffix string
+	}{{time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}, {time.Millisecond, "ms"}} {
+		if n := d / p.unit; n > 0 {
+			b.WriteString(strconv.FormatInt(int64(n), 10))
+			b.WriteString(p.suffix)
+			d -= n * p.unit
+		}
+	}
+	return b.String()
+}
+
+// configKnown reports whether every configurable attribute of q is known,
+// which is what computing its names and arguments needs.
+func configKnown(q queueModel) bool {
+	return !q.MaxPriority.IsUnknown() && !q.MessageTTL.IsUnknown() && !q.Durable.IsUnknown()
+}
+
+// toTopology resolves a configured queue to the topology package's Queue.
+// Null values take the schema defaults, which only matters for values that
+// have not been through the framework's defaults yet (validation).
+func toTopology(name string, q queueModel) (topology.Queue, error) {
+	tq := topology.Queue{Name: name, MaxPriority: topology.DefaultMaxPriority, Durable: true}
+	if !q.MaxPriority.IsNull() {
+		p := q.MaxPriority.ValueInt64()
+		// Clamp into int range for the topology check to report; the value
+		// itself appears in its message.
+		if p > int64(topology.MaxPriorityLimit)+1 {
+			p = int64(topology.MaxPriorityLimit) + 1
+		}
+		if p < -1 {
+			p = -1
+		}
+		tq.MaxPriority = int(p)
+	}
+	if !q.MessageTTL.IsNull() {
+		d, err := parseTTL(q.MessageTTL.ValueString())
+		if err != nil {
+			return tq, err
+		}
+		tq.MessageTTL = d
+	}
+	if !q.Durable.IsNull() {
+		tq.Durable = q.Durable.ValueBool()
+	}
+	return tq, nil
+}
+
+// intArgs keeps the integer arguments of a queue, the only kind a work or
+// dead queue has. It reports whether it dropped any other.
+func intArgs(args map[string]any) (map[string]int64, bool) {
+	out := make(map[string]int64, len(args))
+	dropped := false
+	for k, v := range args {
+		if n, ok := v.(int64); ok {
+			out[k] = n
+		} else {
+			dropped = true
+		}
+	}
+	return out, dropped
+}
+
+func argsValue(args map[string]int64) types.Map {
+	elems := make(map[string]attr.Value, len(args))
+	for k, v := range args {
+		elems[k] = types.Int64Value(v)
+	}
+	return types.MapValueMust(types.Int64Type, elems)
+}
+
+// withComputed returns q with its computed attributes filled from its
+// configuration: the broker names and the arguments the topology package
+// gives them. They are unknown while the configuration is.
+func withComputed(prefix, name string, q queueModel) queueModel {
+	work := topology.WorkName(prefix, name)
+	q.Name = types.StringValue(work)
+	q.DeadName = types.StringValue(topology.DeadName(work))
+	dead, _ := intArgs(topology.DeadArgs())
+	q.DeadArguments = argsValue(dead)
+	if !configKnown(q) {
+		q.Arguments = types.MapUnknown(types.Int64Type)
+		return q
+	}
+	tq, err := toTopology(name, q)
+	if err != nil {
+		// Validation reports the error; leave the value to apply.
+		q.Arguments = types.MapUnknown(types.Int64Type)
+		return q
+	}
+	work2, _ := intArgs(topology.WorkArgs(tq))
+	q.Arguments = argsValue(work2)
+	return q
+}
+
+// fromBroker is what the broker says logical queue name is: the
+// configuration that would declare work and dead as they are. prior is the
+// queue's previous state, if any: a message_ttl written as "90s" stays
+// "90s" while the broker still has 90000 ms, rather than turning into the
+// canonical "1m30s". The second result lists what the model cannot show
+// (a string argument, a quorum queue), for a warning.
+func fromBroker(name string, work, dead brokerQueue, prior *queueModel) (queueModel, []string) {
+	var problems []string
+	args, dropped := intArgs(work.Arguments)
+	if dropped {
+		problems = append(problems, fmt.Sprintf("queue %q has arguments that are not integers (%s); queuey never sets those", work.Name, describeArgs(work.Arguments)))
+	}
+	deadArgs, dropped := intArgs(dead.Arguments)
+	if dropped {
+		problems = append(problems, fmt.Sprintf("queue %q has arguments that are not integers (%s); queuey never sets those", dead.Name, describeArgs(dead.Arguments)))
+	}
+	for _, q := range []brokerQueue{work, dead} {
+		if q.Type != "" && q.Type != "classic" {
+			problems = append(problems, fmt.Sprintf("queue %q is a %s queue; queuey only uses classic queues, because other types ignore priorities", q.Name, q.Type))
+		}
+	}
+	if !dead.Durable {
+		problems = append(problems, fmt.Sprintf("queue %q is not durable; queuey declares dead-letter queues durable", dead.Name))
+	}
+
+	q := queueModel{
+		MaxPriority:   types.Int64Value(args[topology.ArgMaxPriority]),
+		Durable:       types.BoolValue(work.Durable),
+		Name:          types.StringValue(work.Name),
+		DeadName:      types.StringValue(dead.Name),
+		Arguments:     argsValue(args),
+		DeadArguments: argsValue(deadArgs),
+		MessageTTL:    types.StringNull(),
+	}
+	ttl, hasTTL := args[topology.ArgMessageTTL]
+	if hasTTL {
+		q.MessageTTL = types.StringValue(formatTTL(time.Duration(ttl) * time.Millisecond))
+	}
+	if prior != nil && !prior.MessageTTL.IsNull() && !prior.MessageTTL.IsUnknown() {
+		if d, err := parseTTL(prior.MessageTTL.ValueString()); err == nil && d.Milliseconds() == ttl {
+			q.MessageTTL = prior.MessageTTL
+		}
+	}
+	return q, problems
+}
+
+// discover finds the queue sets' logical queues among a virtual host's
+// queues, for import: a queue "<prefix>.<name>" is a work queue when
+// "<prefix>.<name>.dead" exists too, and it is neither a hold queue nor the
+// dead-letter queue of a shorter work queue.
+func discover(prefix string, queues map[string]brokerQueue) []string {
+	names := make([]string, 0, len(queues))
+	for n := range queues {
+		names = append(names, n)
+	}
+	// Shorter names first, so that "p.x" claims "p.x.dead" before "p.x.dead"
+	// could be taken for a work queue of its own.
+	sort.Slice(names, func(i, j int) bool {
+		if len(names[i]) != len(names[j]) {
+			return len(names[i]) < len(names[j])
+		}
+		return names[i] < names[j]
+	})
+	claimed := map[string]bool{}
+	var logical []string
+	head := prefix + "."
+	for _, n := range names {
+		if !strings.HasPrefix(n, head) || len(n) == len(head) || claimed[n] {
+			continue
+		}
+		if _, _, hold := topology.ParseHoldName(n); hold {
+			continue
+		}
+		dead := topology.DeadName(n)
+		if _, ok := queues[dead]; !ok {
+			continue
+		}
+		claimed[dead] = true
+		logical = append(logical, strings.TrimPrefix(n, head))
+	}
+	sort.Strings(logical)
+	return logical
+}
+
+// queueChange says why a queue present before and after a plan must be
+// replaced, or is empty when it need not be.
+type queueChange struct {
+	// Work and Dead are set when that broker queue must be declared again.
+	Work, Dead bool
+	// Reason is "x-max-priority 10 → 5; durable true → false" and the like.
+	Reason string
+}
+
+// diffQueue compares a queue's state (what the broker has) with its plan.
+// Only the arguments and durability count: a message_ttl of "90s" against
+// "1m30s" is the same queue.
+func diffQueue(ctx context.Context, before, after queueModel) (queueChange, diag.Diagnostics) {
+	var diags diag.Diagnostics
+	var c queueChange
+	var reasons []string
+	if after.Arguments.IsUnknown() || after.Durable.IsUnknown() {
+		return c, diags
+	}
+	oldArgs, d := mapInts(ctx, before.Arguments)
+	diags.Append(d...)
+	newArgs, d := mapInts(ctx, after.Arguments)
+	diags.Append(d...)
+	if r := argDiff(oldArgs, newArgs); r != "" {
+		c.Work = true
+		reasons = append(reasons, r)
+	}
+	if before.Durable.ValueBool() != after.Durable.ValueBool() {
+		c.Work = true
+		reasons = append(reasons, fmt.Sprintf("durable %t → %t", before.Durable.ValueBool(), after.Durable.ValueBool()))
+	}
+	oldDead, d := mapInts(ctx, before.DeadArguments)
+	diags.Append(d...)
+	newDead, d := mapInts(ctx, after.DeadArguments)
+	diags.Append(d...)
+	if r := argDiff(oldDead, newDead); r != "" {
+		c.Dead = true
+		reasons = append(reasons, "dead-letter queue "+r)
+	}
+	c.Reason = strings.Join(reasons, "; ")
+	return c, diags
+}
+
+// argDiff describes how two argument maps differ, "" when they do not.
+func argDiff(before, after map[string]int64) string {
+	keys := map[string]bool{}
+	for k := range before {
+		keys[k] = true
+	}
+	for k := range after {
+		keys[k] = true
+	}
+	sorted := make([]string, 0, len(keys))
+	for k := range keys {
+		sorted = append(sorted, k)
+	}
+	sort.Strings(sorted)
+	var parts []string
+	for _, k := range sorted {
+		b, inB := before[k]
+		a, inA := after[k]
+		switch {
+		case inB && inA && a == b:
+		case inB && inA:
+			parts = append(parts, fmt.Sprintf("%s %d → %d", k, b, a))
+		case inA:
+			parts = append(parts, fmt.Sprintf("%s (none) → %d", k, a))
+		default:
+			parts = append(parts, fmt.Sprintf("%s %d → (none)", k, b))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+func mapInts(ctx context.Context, m types.Map) (map[string]int64, diag.Diagnostics) {
+	out := map[string]int64{}
+	if m.IsNull() || m.IsUnknown() {
+		return out, nil
+	}
+	diags := m.ElementsAs(ctx, &out, false)
+	return out, diags
+}
+
+// anyArgs converts computed arguments back to what the management API is
+// sent: int64 values, JSON numbers, never strings.
+func anyArgs(args map[string]int64) map[string]any {
+	out := make(map[string]any, len(args))
+	for k, v := range args {
+		out[k] = v
+	}
+	return out
+}
+
+// sortedKeys returns the keys of m in order, so that operations and
+// messages come out the same on every run.
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,0 +1,864 @@
+package provider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-framework/resource"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/booldefault"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/int64default"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringdefault"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+
+	"github.com/queuey/terraform-provider-queuey/runtime/topology"
+)
+
+var (
+	_ resource.Resource                   = (*queueSetResource)(nil)
+	_ resource.ResourceWithConfigure      = (*queueSetResource)(nil)
+	_ resource.ResourceWithImportState    = (*queueSetResource)(nil)
+	_ resource.ResourceWithModifyPlan     = (*queueSetResource)(nil)
+	_ resource.ResourceWithValidateConfig = (*queueSetResource)(nil)
+)
+
+// NewQueueSetResource returns the queuey_queue_set resource: a prefix and a
+// map of logical queues, each a work queue and its dead-letter queue.
+func NewQueueSetResource() resource.Resource {
+	return &queueSetResource{}
+}
+
+type queueSetResource struct {
+	data *providerData
+}
+
+type queueSetModel struct {
+	ID           types.String `tfsdk:"id"`
+	Vhost        types.String `tfsdk:"vhost"`
+	Prefix       types.String `tfsdk:"prefix"`
+	ForceDestroy types.Bool   `tfsdk:"force_destroy"`
+	Queues       types.Map    `tfsdk:"queues"`
+}
+
+func (r *queueSetResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
+	resp.TypeName = req.ProviderTypeName + "_queue_set"
+}
+
+func (r *queueSetResource) Schema(_ context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
+	resp.Schema = queueSetSchema()
+}
+
+// queueSetSchema is the resource's schema, grouped as required, optional,
+// computed. Its descriptions are the generated documentation.
+func queueSetSchema() schema.Schema {
+	return schema.Schema{
+		MarkdownDescription: "A queuey queue set: for every logical queue `name` under `prefix`, a work queue `<prefix>.<name>` and its dead-letter queue `<prefix>.<name>.dead`, " +
+			"declared as classic queues through the RabbitMQ management API with the same names and arguments the queuey runtime uses.\n\n" +
+			"Adding or removing a queue in `queues` changes just that queue. RabbitMQ cannot change a queue's arguments in place, so a change of " +
+			"`max_priority`, `message_ttl` or `durable` replaces that one queue: the plan warns about it with the queue's current message count, " +
+			"and the apply deletes and declares it again only when it is empty or `force_destroy` is true. " +
+			"Hold queues (`<prefix>.<name>.deferred.<ms>`), which the runtime declares on demand, are not managed here and are ignored when reading.",
+		Attributes: map[string]schema.Attribute{
+			// Required.
+			"prefix": schema.StringAttribute{
+				Required: true,
+				MarkdownDescription: "Prefix of every queue name of the set. It must not be empty, end in `.` or start with `amq.`. " +
+					"Changing it replaces the whole set.",
+				PlanModifiers: []planmodifier.String{stringplanmodifier.RequiresReplace()},
+			},
+			"queues": schema.MapNestedAttribute{
+				Required: true,
+				MarkdownDescription: "The logical queues of the set, keyed by logical name. " +
+					fmt.Sprintf("Each work queue name (`<prefix>.<name>`) may have at most %d bytes, so that its longest hold-queue name fits RabbitMQ's %d-byte limit; ",
+						topology.MaxWorkNameBytes, topology.MaxNameBytes) +
+					"a logical name must not collide with another queue's dead-letter queue (`x` and `x.dead`).",
+				NestedObject: schema.NestedAttributeObject{
+					Attributes: map[string]schema.Attribute{
+						"max_priority": schema.Int64Attribute{
+							Optional: true,
+							Computed: true,
+							Default:  int64default.StaticInt64(topology.DefaultMaxPriority),
+							MarkdownDescription: fmt.Sprintf("`x-max-priority` of the work queue: messages carry priorities 0 to this, and RabbitMQ delivers higher numbers first. "+
+								"`0` makes it a queue without priorities. At most %d. (default: `%d`)", topology.MaxPriorityLimit, topology.DefaultMaxPriority),
+						},
+						"message_ttl": schema.StringAttribute{
+							Optional: true,
+							MarkdownDescription: "`x-message-ttl` of the work queue, as a duration such as `\"90s\"`, `\"15m\"` or `\"24h\"` (whole milliseconds, " +
+								fmt.Sprintf("at most %d ms). Unset, messages do not expire. An import writes it as hours, minutes, seconds and milliseconds (`\"1m30s\"`).", topology.MaxMessageTTL),
+						},
+						"durable": schema.BoolAttribute{
+							Optional:            true,
+							Computed:            true,
+							Default:             booldefault.StaticBool(true),
+							MarkdownDescription: "Whether the work queue survives a broker restart. The dead-letter queue is always durable. (default: `true`)",
+						},
+						"name": schema.StringAttribute{
+							Computed:            true,
+							MarkdownDescription: "Name of the work queue, `<prefix>.<name>`.",
+						},
+						"dead_name": schema.StringAttribute{
+							Computed:            true,
+							MarkdownDescription: "Name of the dead-letter queue, `<prefix>.<name>.dead`.",
+						},
+						"arguments": schema.MapAttribute{
+							Computed:            true,
+							ElementType:         types.Int64Type,
+							MarkdownDescription: "Arguments of the work queue on the broker, such as `x-max-priority` and `x-message-ttl` (milliseconds), as numbers.",
+						},
+						"dead_arguments": schema.MapAttribute{
+							Computed:            true,
+							ElementType:         types.Int64Type,
+							MarkdownDescription: "Arguments of the dead-letter queue on the broker; queuey declares it with none.",
+						},
+					},
+				},
+			},
+
+			// Optional.
+			"vhost": schema.StringAttribute{
+				Optional:            true,
+				Computed:            true,
+				Default:             stringdefault.StaticString("/"),
+				MarkdownDescription: "Virtual host the queues live in. Changing it replaces the whole set. (default: `/`)",
+				PlanModifiers:       []planmodifier.String{stringplanmodifier.RequiresReplace()},
+			},
+			"force_destroy": schema.BoolAttribute{
+				Optional: true,
+				Computed: true,
+				Default:  booldefault.StaticBool(false),
+				MarkdownDescription: "Let Terraform delete queues that still hold messages, discarding them: when a queue is removed from `queues`, " +
+					"when a queue is replaced because its arguments change, and when the set is destroyed. Without it those operations fail and " +
+					"say how many messages are where. Dead letters above all are worth reading first. (default: `false`)",
+			},
+
+			// Computed.
+			"id": schema.StringAttribute{
+				Computed:            true,
+				MarkdownDescription: "`<prefix>@<vhost>`, e.g. `myapp@/`; the import id.",
+				PlanModifiers:       []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
+			},
+		},
+	}
+}
+
+func (r *queueSetResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
+	if req.ProviderData == nil {
+		return
+	}
+	data, ok := req.ProviderData.(*providerData)
+	if !ok {
+		resp.Diagnostics.AddError("Unexpected Provider Data",
+			fmt.Sprintf("The queue set resource was given provider data of type %T. This is a bug in the provider; please report it.", req.ProviderData))
+		return
+	}
+	r.data = data
+}
+
+// ValidateConfig runs the topology package's checks at plan time, the same
+// the runtime runs at start-up, and points each error at its attribute.
+func (r *queueSetResource) ValidateConfig(ctx context.Context, req resource.ValidateConfigRequest, resp *resource.ValidateConfigResponse) {
+	var cfg queueSetModel
+	resp.Diagnostics.Append(req.Config.Get(ctx, &cfg)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	resp.Diagnostics.Append(validateSet(ctx, cfg)...)
+}
+
+// validateSet checks what is known of a configuration. Unknown values (from
+// resources not yet created) are checked at apply, when they are known.
+func validateSet(ctx context.Context, cfg queueSetModel) diag.Diagnostics {
+	var diags diag.Diagnostics
+	if cfg.Queues.IsUnknown() || cfg.Queues.IsNull() {
+		if !cfg.Prefix.IsUnknown() && !cfg.Prefix.IsNull() {
+			if err := topology.ValidatePrefix(cfg.Prefix.ValueString()); err != nil {
+				diags.AddAttributeError(path.Root("prefix"), "Invalid Queue Set Prefix", err.Error())
+			}
+		}
+		return diags
+	}
+	queues := map[string]queueModel{}
+	diags.Append(cfg.Queues.ElementsAs(ctx, &queues, false)...)
+	if diags.HasError() {
+		return diags
+	}
+
+	set := topology.Set{Prefix: cfg.Prefix.ValueString()}
+	complete := !cfg.Prefix.IsUnknown()
+	for _, name := range sortedKeys(queues) {
+		q := queues[name]
+		if q.MessageTTL.IsUnknown() || q.MaxPriority.IsUnknown() || q.Durable.IsUnknown() {
+			complete = false
+			continue
+		}
+		tq, err := toTopology(name, q)
+		if err != nil {
+			diags.AddAttributeError(path.Root("queues").AtMapKey(name).AtName("message_ttl"), "Invalid Message TTL", err.Error())
+			complete = false
+			continue
+		}
+		if q.MaxPriority.ValueInt64() < 0 || q.MaxPriority.ValueInt64() > topology.MaxPriorityLimit {
+			// toTopology clamped it; report the value as written.
+			err := topology.ValidateQueue(topology.Queue{Name: name, MaxPriority: tq.MaxPriority})
+			diags.AddAttributeError(path.Root("queues").AtMapKey(name).AtName("max_priority"), "Invalid Max Priority",
+				strings.Replace(err.Error(), fmt.Sprint(tq.MaxPriority), fmt.Sprint(q.MaxPriority.ValueInt64()), 1))
+			tq.MaxPriority = 0
+		}
+		set.Queues = append(set.Queues, tq)
+	}
+	if !complete {
+		// Check what is known on its own; the full check runs once it all is.
+		if !cfg.Prefix.IsUnknown() {
+			if err := topology.ValidatePrefix(set.Prefix); err != nil {
+				diags.AddAttributeError(path.Root("prefix"), "Invalid Queue Set Prefix", err.Error())
+			}
+		}
+		for _, q := range set.Queues {
+			if err := topology.ValidateQueue(q); err != nil {
+				diags.Append(topologyDiagnostic(set.Prefix, err))
+			}
+		}
+		return diags
+	}
+	if err := topology.Validate(set); err != nil {
+		var joined interface{ Unwrap() []error }
+		errs := []error{err}
+		if errors.As(err, &joined) {
+			errs = joined.Unwrap()
+		}
+		for _, e := range errs {
+			diags.Append(topologyDiagnostic(set.Prefix, e))
+		}
+	}
+	return diags
+}
+
+// topologyDiagnostic points one error of the topology checks at the
+// attribute it is about.
+func topologyDiagnostic(prefix string, err error) diag.Diagnostic {
+	var nameErr *topology.NameError
+	var argErr *topology.ArgumentError
+	switch {
+	case errors.As(err, &argErr):
+		attr, summary := "max_priority", "Invalid Max Priority"
+		if strings.Contains(argErr.Argument, "TTL") {
+			attr, summary = "message_ttl", "Invalid Message TTL"
+		}
+		return diag.NewAttributeErrorDiagnostic(path.Root("queues").AtMapKey(argErr.Queue).AtName(attr), summary, err.Error())
+	case errors.As(err, &nameErr) && strings.HasPrefix(err.Error(), "prefix:"):
+		// Errors of the set as a whole read "prefix: ..." too; only the
+		// prefix's own check makes one about the prefix.
+		if perr := topology.ValidatePrefix(prefix); perr != nil && perr.Error() == err.Error() {
+			return diag.NewAttributeErrorDiagnostic(path.Root("prefix"), "Invalid Queue Set Prefix", err.Error())
+		}
+		if strings.Contains(err.Error(), "no queues") {
+			return diag.NewAttributeErrorDiagnostic(path.Root("queues"), "Queue Set Has No Queues", err.Error())
+		}
+		return diag.NewAttributeErrorDiagnostic(path.Root("queues"), "Invalid Queue Set", err.Error())
+	case errors.As(err, &nameErr):
+		return diag.NewAttributeErrorDiagnostic(path.Root("queues").AtMapKey(nameErr.Queue), "Invalid Queue Name", err.Error())
+	}
+	return diag.NewAttributeErrorDiagnostic(path.Root("queues"), "Invalid Queue Set", err.Error())
+}
+
+// ModifyPlan fills in every queue's names and arguments, which follow from
+// the configuration alone, so the plan shows them instead of "known after
+// apply"; and it warns about every queue the apply will replace because its
+// arguments change, with its message count, since that is what an operator
+// must see before approving.
+func (r *queueSetResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
+	if req.Plan.Raw.IsNull() {
+		return // destroy: Delete checks for messages and says so
+	}
+	var plan queueSetModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	if resp.Diagnostics.HasError() || plan.Queues.IsUnknown() || plan.Queues.IsNull() || plan.Prefix.IsUnknown() {
+		return
+	}
+	queues := map[string]queueModel{}
+	resp.Diagnostics.Append(plan.Queues.ElementsAs(ctx, &queues, false)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	for name, q := range queues {
+		queues[name] = withComputed(plan.Prefix.ValueString(), name, q)
+	}
+	m, diags := types.MapValueFrom(ctx, queueObjectType, queues)
+	resp.Diagnostics.Append(diags...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("queues"), m)...)
+
+	if req.State.Raw.IsNull() {
+		return
+	}
+	var state queueSetModel
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	before := map[string]queueModel{}
+	if !state.Queues.IsNull() {
+		resp.Diagnostics.Append(state.Queues.ElementsAs(ctx, &before, false)...)
+	}
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	for _, name := range sortedKeys(queues) {
+		old, ok := before[name]
+		if !ok {
+			continue
+		}
+		change, diags := diffQueue(ctx, old, queues[name])
+		resp.Diagnostics.Append(diags...)
+		if !change.Work && !change.Dead {
+			continue
+		}
+		target := old.Name.ValueString()
+		if !change.Work {
+			target = old.DeadName.ValueString()
+		}
+		count := "Its current message count could not be read (the provider is not configured yet)."
+		if r.data != nil {
+			if bq, found, err := r.data.broker.getQueue(state.Vhost.ValueString(), target); err == nil && found {
+				count = fmt.Sprintf("It holds %s now, by the management API's count, which can lag a few seconds.", messages(bq.Messages))
+			}
+		}
+		resp.Diagnostics.AddAttributeWarning(path.Root("queues").AtMapKey(name), "Queue Will Be Replaced",
+			fmt.Sprintf("Queue %q in virtual host %q will be deleted and declared again, because RabbitMQ cannot change a queue's arguments in place: %s. %s "+
+				"The apply replaces it only if it is empty, or if force_destroy is true, which discards its messages; otherwise the apply fails and changes nothing.",
+				target, state.Vhost.ValueString(), change.Reason, count))
+	}
+}
+
+func (r *queueSetResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
+	if !r.configured(&resp.Diagnostics) {
+		return
+	}
+	var plan queueSetModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	queues := map[string]queueModel{}
+	resp.Diagnostics.Append(plan.Queues.ElementsAs(ctx, &queues, false)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	vhost, prefix := plan.Vhost.ValueString(), plan.Prefix.ValueString()
+	b := r.data.broker
+
+	existing, err := b.listQueues(vhost)
+	if err != nil {
+		r.listError(&resp.Diagnostics, "Create Queue Set Error", vhost, err)
+		return
+	}
+
+	// Refuse before declaring anything when a queue exists with other
+	// arguments: a set half declared is harder to sort out than one that
+	// never started.
+	specs := map[string]queueSpec{}
+	for _, name := range sortedKeys(queues) {
+		spec, err := specFor(prefix, name, queues[name])
+		if err != nil {
+			resp.Diagnostics.AddAttributeError(path.Root("queues").AtMapKey(name), "Create Queue Set Error", err.Error())
+			continue
+		}
+		specs[name] = spec
+		for _, d := range spec.declarations() {
+			if q, ok := existing[d.name]; ok && !d.matches(q) {
+				resp.Diagnostics.AddAttributeError(path.Root("queues").AtMapKey(name), "Queue Already Exists With Other Arguments",
+					fmt.Sprintf("Queue %q already exists in virtual host %q with %s (durable %t), and the configuration asks for %s (durable %t). "+
+						"RabbitMQ cannot change a queue's arguments in place. To take the existing queues over, import the set with "+
+						"terraform import <address> %q and let the plan show the change; or change the configuration to match. Nothing was declared.",
+						d.name, vhost, describeArgs(q.Arguments), q.Durable, describeArgs(d.args), d.durable, formatID(vhost, prefix)))
+			}
+		}
+	}
+	if resp.Diagnostics.HasError() {
+		return
+	}
+
+	var tasks []func() error
+	var owners []string
+	for _, name := range sortedKeys(specs) {
+		for _, d := range specs[name].declarations() {
+			tasks = append(tasks, func() error { return b.declare(vhost, d.name, d.durable, d.args) })
+			owners = append(owners, name)
+		}
+	}
+	for i, err := range runAll(ctx, declareWorkers, tasks) {
+		if err != nil {
+			r.declareError(&resp.Diagnostics, "Create Queue Set Error", vhost, prefix, owners[i], err)
+		}
+	}
+	if resp.Diagnostics.HasError() {
+		// No state: the queues that were declared are adopted by the next
+		// apply, since declaring a queue that exists alike does nothing.
+		return
+	}
+
+	for name, q := range queues {
+		queues[name] = withComputed(prefix, name, q)
+	}
+	m, diags := types.MapValueFrom(ctx, queueObjectType, queues)
+	resp.Diagnostics.Append(diags...)
+	plan.Queues = m
+	plan.ID = types.StringValue(formatID(vhost, prefix))
+	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+}
+
+func (r *queueSetResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
+	if !r.configured(&resp.Diagnostics) {
+		return
+	}
+	var state queueSetModel
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	vhost, prefix := state.Vhost.ValueString(), state.Prefix.ValueString()
+	importing := state.Queues.IsNull()
+
+	existing, err := r.data.broker.listQueues(vhost)
+	if errors.Is(err, errVhostNotFound) && !importing {
+		// Everything in it is gone; plan the set anew.
+		resp.State.RemoveResource(ctx)
+		return
+	}
+	if err != nil {
+		r.listError(&resp.Diagnostics, "Read Queue Set Error", vhost, err)
+		return
+	}
+
+	prior := map[string]queueModel{}
+	var names []string
+	if importing {
+		names = discover(prefix, existing)
+		if len(names) == 0 {
+			resp.Diagnostics.AddError("Queue Set Not Found",
+				fmt.Sprintf("Virtual host %q has no queue set with prefix %q: no queue %q whose dead-letter queue %q exists too. "+
+					"Check the import id, written <prefix>@<vhost>.", vhost, prefix, topology.WorkName(prefix, "<name>"), topology.DeadName(topology.WorkName(prefix, "<name>"))))
+			return
+		}
+	} else {
+		resp.Diagnostics.Append(state.Queues.ElementsAs(ctx, &prior, false)...)
+		if resp.Diagnostics.HasError() {
+			return
+		}
+		names = sortedKeys(prior)
+	}
+
+	current := map[string]queueModel{}
+	for _, name := range names {
+		work := topology.WorkName(prefix, name)
+		wq, okW := existing[work]
+		dq, okD := existing[topology.DeadName(work)]
+		if !okW || !okD {
+			// Deleted outside Terraform: leaving it out of state plans it
+			// back as an in-place update.
+			continue
+		}
+		var p *queueModel
+		if old, ok := prior[name]; ok {
+			p = &old
+		}
+		q, problems := fromBroker(name, wq, dq, p)
+		for _, problem := range problems {
+			resp.Diagnostics.AddAttributeWarning(path.Root("queues").AtMapKey(name), "Queue Differs From What Queuey Declares",
+				problem+". Terraform cannot show this difference in the plan; delete the queue (after draining it) so that the next apply declares it anew.")
+		}
+		current[name] = q
+	}
+	m, diags := types.MapValueFrom(ctx, queueObjectType, current)
+	resp.Diagnostics.Append(diags...)
+	state.Queues = m
+	state.ID = types.StringValue(formatID(vhost, prefix))
+	resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
+}
+
+func (r *queueSetResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
+	if !r.configured(&resp.Diagnostics) {
+		return
+	}
+	var plan, state queueSetModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	after, before := map[string]queueModel{}, map[string]queueModel{}
+	resp.Diagnostics.Append(plan.Queues.ElementsAs(ctx, &after, false)...)
+	if !state.Queues.IsNull() {
+		resp.Diagnostics.Append(state.Queues.ElementsAs(ctx, &before, false)...)
+	}
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	vhost, prefix := plan.Vhost.ValueString(), plan.Prefix.ValueString()
+	force := plan.ForceDestroy.ValueBool()
+	b := r.data.broker
+	for name, q := range after {
+		after[name] = withComputed(prefix, name, q)
+	}
+
+	var removed, added []string
+	changes := map[string]queueChange{}
+	for _, name := range sortedKeys(before) {
+		if _, ok := after[name]; !ok {
+			removed = append(removed, name)
+		}
+	}
+	for _, name := range sortedKeys(after) {
+		old, ok := before[name]
+		if !ok {
+			added = append(added, name)
+			continue
+		}
+		c, diags := diffQueue(ctx, old, after[name])
+		resp.Diagnostics.Append(diags...)
+		if c.Work || c.Dead {
+			changes[name] = c
+		}
+	}
+	specs := map[string]queueSpec{}
+	for _, name := range append(append([]string{}, added...), sortedKeys(changes)...) {
+		spec, err := specFor(prefix, name, after[name])
+		if err != nil {
+			resp.Diagnostics.AddAttributeError(path.Root("queues").AtMapKey(name), "Update Queue Set Error", err.Error())
+			continue
+		}
+		specs[name] = spec
+	}
+	if resp.Diagnostics.HasError() {
+		return
+	}
+
+	// Check every queue that would be deleted before deleting any: an
+	// apply that refuses should change nothing.
+	holds := map[string][]string{}
+	if len(removed) > 0 || len(changes) > 0 {
+		existing, err := b.listQueues(vhost)
+		if err != nil {
+			r.listError(&resp.Diagnostics, "Update Queue Set Error", vhost, err)
+			return
+		}
+		if !force {
+			for _, name := range removed {
+				if held := heldMessages(existing, topology.WorkName(prefix, name), true, true); len(held) > 0 {
+					resp.Diagnostics.AddAttributeError(path.Root("queues").AtMapKey(name), "Queue Holds Messages",
+						fmt.Sprintf("Queue %q was removed from the configuration, but in virtual host %q %s. Deleting it would discard them, so nothing was changed. "+
+							"Drain them first, or set force_destroy = true to discard them.", name, vhost, strings.Join(held, ", ")))
+				}
+			}
+			for _, name := range sortedKeys(changes) {
+				c := changes[name]
+				if held := heldMessages(existing, topology.WorkName(prefix, name), c.Work, c.Dead); len(held) > 0 {
+					resp.Diagnostics.AddAttributeError(path.Root("queues").AtMapKey(name), "Queue Holds Messages",
+						fmt.Sprintf("Queue %q must be replaced to change %s, but in virtual host %q %s. Replacing deletes the queue with its messages, so nothing was changed. "+
+							"Drain it first, or set force_destroy = true to discard them. (Replacing a queue without losing its messages is planned for a later version.)",
+							name, c.Reason, vhost, strings.Join(held, ", ")))
+				}
+			}
+			if resp.Diagnostics.HasError() {
+				return
+			}
+		}
+		// Hold queues of a removed queue would dead-letter into a queue
+		// that no longer exists; delete them with it.
+		for _, name := range removed {
+			work := topology.WorkName(prefix, name)
+			for n := range existing {
+				if held, _, ok := topology.ParseHoldName(n); ok && held == work {
+					holds[name] = append(holds[name], n)
+				}
+			}
+		}
+	}
+
+	// result starts as the prior state and takes each change as it
+	// succeeds, so that a partly failed apply records what it did.
+	result := map[string]queueModel{}
+	for name, q := range before {
+		result[name] = q
+	}
+	type op struct {
+		name string
+		run  func() error
+		done func()
+	}
+	var ops []op
+	for _, name := range removed {
+		ops = append(ops, op{name, func() error { return r.removeQueue(vhost, prefix, name, holds[name], force) }, func() { delete(result, name) }})
+	}
+	for _, name := range sortedKeys(changes) {
+		c, spec := changes[name], specs[name]
+		ops = append(ops, op{name, func() error {
+			for _, d := range spec.declarations() {
+				if (d.dead && c.Dead) || (!d.dead && c.Work) {
+					if err := r.replaceQueue(ctx, vhost, d, force); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		}, func() { result[name] = after[name] }})
+	}
+	for _, name := range added {
+		spec := specs[name]
+		ops = append(ops, op{name, func() error {
+			for _, d := range spec.declarations() {
+				if err := b.declare(vhost, d.name, d.durable, d.args); err != nil {
+					return err
+				}
+			}
+			return nil
+		}, func() { result[name] = after[name] }})
+	}
+	tasks := make([]func() error, len(ops))
+	for i, o := range ops {
+		tasks[i] = o.run
+	}
+	for i, err := range runAll(ctx, declareWorkers, tasks) {
+		if err != nil {
+			r.declareError(&resp.Diagnostics, "Update Queue Set Error", vhost, prefix, ops[i].name, err)
+			continue
+		}
+		ops[i].done()
+	}
+	// Queues that did not change take the plan's values, so that a
+	// message_ttl rewritten from "90s" to "1m30s" is recorded as written.
+	for name, q := range after {
+		if _, ok := before[name]; ok {
+			if _, changed := changes[name]; !changed {
+				result[name] = q
+			}
+		}
+	}
+
+	m, diags := types.MapValueFrom(ctx, queueObjectType, result)
+	resp.Diagnostics.Append(diags...)
+	plan.Queues = m
+	plan.ID = types.StringValue(formatID(vhost, prefix))
+	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+}
+
+func (r *queueSetResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
+	if !r.configured(&resp.Diagnostics) {
+		return
+	}
+	var state queueSetModel
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	queues := map[string]queueModel{}
+	if !state.Queues.IsNull() {
+		resp.Diagnostics.Append(state.Queues.ElementsAs(ctx, &queues, false)...)
+	}
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	vhost, prefix := state.Vhost.ValueString(), state.Prefix.ValueString()
+	force := state.ForceDestroy.ValueBool()
+
+	existing, err := r.data.broker.listQueues(vhost)
+	if errors.Is(err, errVhostNotFound) {
+		return
+	}
+	if err != nil {
+		r.listError(&resp.Diagnostics, "Delete Queue Set Error", vhost, err)
+		return
+	}
+	if !force {
+		var held []string
+		for _, name := range sortedKeys(queues) {
+			held = append(held, heldMessages(existing, topology.WorkName(prefix, name), true, true)...)
+		}
+		if len(held) > 0 {
+			resp.Diagnostics.AddError("Queue Set Holds Messages",
+				fmt.Sprintf("The queue set %q in virtual host %q was not destroyed, because %s. Destroying it would discard them. "+
+					"Drain them first, or set force_destroy = true and apply before destroying.", prefix, vhost, strings.Join(held, ", ")))
+			return
+		}
+	}
+	names := sortedKeys(queues)
+	tasks := make([]func() error, len(names))
+	for i, name := range names {
+		work := topology.WorkName(prefix, name)
+		var holds []string
+		for n := range existing {
+			if held, _, ok := topology.ParseHoldName(n); ok && held == work {
+				holds = append(holds, n)
+			}
+		}
+		tasks[i] = func() error { return r.removeQueue(vhost, prefix, name, holds, force) }
+	}
+	for i, err := range runAll(ctx, declareWorkers, tasks) {
+		if err != nil {
+			r.declareError(&resp.Diagnostics, "Delete Queue Set Error", vhost, prefix, names[i], err)
+		}
+	}
+}
+
+func (r *queueSetResource) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
+	vhost, prefix, err := parseID(req.ID)
+	if err != nil {
+		resp.Diagnostics.AddError("Invalid Import ID",
+			fmt.Sprintf("The import id %q could not be read. Write it as <prefix>@<vhost>, such as myapp@/ for prefix myapp in the default virtual host; "+
+				"percent-encode a '@' or '%%' inside either part.\n\n%s", req.ID, err))
+		return
+	}
+	// Queues stay null: Read takes that as the sign to discover them.
+	state := queueSetModel{
+		ID:           types.StringValue(formatID(vhost, prefix)),
+		Vhost:        types.StringValue(vhost),
+		Prefix:       types.StringValue(prefix),
+		ForceDestroy: types.BoolValue(false),
+		Queues:       types.MapNull(queueObjectType),
+	}
+	resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
+}
+
+// replaceQueue declares one broker queue again with new arguments. For now
+// that is a delete, refused by the broker when the queue holds messages
+// unless force is set, and a declaration. The lossless migration of a later
+// version (move the messages aside, redeclare, move them back) replaces this
+// function; Update calls nothing else to replace a queue.
+func (r *queueSetResource) replaceQueue(_ context.Context, vhost string, d declaration, force bool) error {
+	b := r.data.broker
+	if err := b.deleteQueue(vhost, d.name, !force); err != nil {
+		return err
+	}
+	return b.declare(vhost, d.name, d.durable, d.args)
+}
+
+// removeQueue deletes a logical queue: its hold queues, its work queue and
+// its dead-letter queue, in that order, so that nothing dead-letters into a
+// queue already gone. Without force the broker refuses each deletion of a
+// queue that holds messages, whatever a lagging count said.
+func (r *queueSetResource) removeQueue(vhost, prefix, name string, holds []string, force bool) error {
+	b := r.data.broker
+	work := topology.WorkName(prefix, name)
+	for _, n := range append(append([]string{}, holds...), work, topology.DeadName(work)) {
+		if err := b.deleteQueue(vhost, n, !force); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// configured reports whether the provider handed over a broker, and says
+// what to do when it did not.
+func (r *queueSetResource) configured(diags *diag.Diagnostics) bool {
+	if r.data != nil {
+		return true
+	}
+	diags.AddError("Provider Not Configured",
+		"The queuey provider has no broker to talk to yet, because its settings depend on values not known until apply. "+
+			"Set endpoint, username and password to known values, or apply the resources they depend on first.")
+	return false
+}
+
+func (r *queueSetResource) listError(diags *diag.Diagnostics, summary, vhost string, err error) {
+	if errors.Is(err, errVhostNotFound) {
+		diags.AddAttributeError(path.Root("vhost"), "Virtual Host Not Found",
+			fmt.Sprintf("RabbitMQ at %s has no virtual host %q. Create it first (rabbitmqctl add_vhost), or set vhost to one that exists.", r.data.broker.endpoint, vhost))
+		return
+	}
+	s, d := r.data.broker.brokerDiagnostic(summary, fmt.Sprintf("list the queues of virtual host %q", vhost), err)
+	diags.AddError(s, d)
+}
+
+func (r *queueSetResource) declareError(diags *diag.Diagnostics, summary, vhost, prefix, name string, err error) {
+	at := path.Root("queues").AtMapKey(name)
+	switch {
+	case errors.Is(err, errInequivalent):
+		diags.AddAttributeError(at, "Queue Already Exists With Other Arguments",
+			fmt.Sprintf("A queue of %q already exists in virtual host %q with other arguments or durability than the configuration asks for. "+
+				"To take it over, import the set with terraform import <address> %q and let the plan show the change; or change the configuration to match.\n\n%s",
+				name, vhost, formatID(vhost, prefix), err))
+	case errors.Is(err, errNotEmpty):
+		diags.AddAttributeError(at, "Queue Holds Messages",
+			fmt.Sprintf("RabbitMQ refused to delete a queue of %q in virtual host %q because it holds messages (its count had not reached the management API yet). "+
+				"Drain it first, or set force_destroy = true to discard them.\n\n%s", name, vhost, err))
+	default:
+		s, d := r.data.broker.brokerDiagnostic(summary, fmt.Sprintf("change the queues of %q in virtual host %q", name, vhost), err)
+		diags.AddAttributeError(at, s, d)
+	}
+}
+
+// declaration is one broker queue as the configuration wants it.
+type declaration struct {
+	name    string
+	durable bool
+	args    map[string]any
+	dead    bool
+}
+
+// matches reports whether an existing queue is what d would declare.
+func (d declaration) matches(q brokerQueue) bool {
+	return q.Durable == d.durable && reflect.DeepEqual(normalizeArgs(q.Arguments), normalizeArgs(d.args))
+}
+
+// queueSpec is a logical queue's two broker queues.
+type queueSpec struct {
+	work, dead declaration
+}
+
+func (s queueSpec) declarations() []declaration { return []declaration{s.work, s.dead} }
+
+// specFor computes a logical queue's declarations with the topology
+// package, the only place queue names and arguments are spelled.
+func specFor(prefix, name string, q queueModel) (queueSpec, error) {
+	tq, err := toTopology(name, q)
+	if err != nil {
+		return queueSpec{}, err
+	}
+	if err := topology.ValidateQueue(tq); err != nil {
+		return queueSpec{}, err
+	}
+	work := topology.WorkName(prefix, name)
+	return queueSpec{
+		work: declaration{name: work, durable: tq.Durable, args: topology.WorkArgs(tq)},
+		dead: declaration{name: topology.DeadName(work), durable: topology.DeadDurable, args: topology.DeadArgs(), dead: true},
+	}, nil
+}
+
+// heldMessages lists where messages of work's queues are, as "queue
+// \"p.x.dead\" holds 3 messages", looking at the work queue and its hold
+// queues when work is set and the dead-letter queue when dead is.
+func heldMessages(existing map[string]brokerQueue, workName string, work, dead bool) []string {
+	var names []string
+	if work {
+		names = append(names, workName)
+		var holds []string
+		for n := range existing {
+			if held, _, ok := topology.ParseHoldName(n); ok && held == workName {
+				holds = append(holds, n)
+			}
+		}
+		names = append(names, sortedKeys(setOf(holds))...)
+	}
+	if dead {
+		names = append(names, topology.DeadName(workName))
+	}
+	var out []string
+	for _, n := range names {
+		if q, ok := existing[n]; ok && q.Messages > 0 {
+			out = append(out, fmt.Sprintf("queue %q holds %s", n, messages(q.Messages)))
+		}
+	}
+	return out
+}
+
+func setOf(names []string) map[string]bool {
+	m := make(map[string]bool, len(names))
+	for _, n := range names {
+		m[n] = true
+	}
+	return m
+}
+
+func messages(n int64) string {
+	if n == 1 {
+		return "1 message"
+	}
+	return fmt.Sprintf("%d messages", n)
+}

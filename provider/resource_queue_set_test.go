@@ -1,0 +1,499 @@
+package provider
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/plancheck"
+
+	"github.com/queuey/terraform-provider-queuey/runtime/topology"
+)
+
+const addr = "queuey_queue_set.test"
+
+// setConfig writes a queue set resource; queues is the body of the queues
+// map, force the force_destroy value.
+func setConfig(prefix string, force bool, queues string) string {
+	return fmt.Sprintf(`
+resource "queuey_queue_set" "test" {
+  prefix        = %q
+  force_destroy = %t
+  queues = {
+%s
+  }
+}
+`, prefix, force, queues)
+}
+
+func work(prefix, name string) string { return topology.WorkName(prefix, name) }
+func dead(prefix, name string) string { return topology.DeadName(topology.WorkName(prefix, name)) }
+
+func TestAccQueueSet_create(t *testing.T) {
+	b := newTestBroker(t)
+	p := b.uniquePrefix("create")
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: testAccProviders,
+		CheckDestroy:             b.checkDestroyed(p),
+		Steps: []resource.TestStep{{
+			// A trailing slash on the endpoint must work.
+			Config: b.providerBlock(b.env.endpoint+"/") + setConfig(p, false, `
+    emails  = {}
+    reports = { max_priority = 0, message_ttl = "90s", durable = false }
+    urgent  = { max_priority = 255, message_ttl = "24h" }`),
+			Check: resource.ComposeAggregateTestCheckFunc(
+				b.checkQueues(p, map[string]wantQueue{
+					work(p, "emails"):  {true, map[string]any{topology.ArgMaxPriority: int64(10)}},
+					dead(p, "emails"):  {true, map[string]any{}},
+					work(p, "reports"): {false, map[string]any{topology.ArgMessageTTL: int64(90000)}},
+					dead(p, "reports"): {true, map[string]any{}},
+					work(p, "urgent"):  {true, map[string]any{topology.ArgMaxPriority: int64(255), topology.ArgMessageTTL: int64(86400000)}},
+					dead(p, "urgent"):  {true, map[string]any{}},
+				}),
+				resource.TestCheckResourceAttr(addr, "id", p+"@/"),
+				resource.TestCheckResourceAttr(addr, "vhost", "/"),
+				resource.TestCheckResourceAttr(addr, "queues.emails.max_priority", "10"),
+				resource.TestCheckResourceAttr(addr, "queues.emails.durable", "true"),
+				resource.TestCheckResourceAttr(addr, "queues.emails.name", work(p, "emails")),
+				resource.TestCheckResourceAttr(addr, "queues.emails.dead_name", dead(p, "emails")),
+				resource.TestCheckResourceAttr(addr, "queues.emails.arguments.x-max-priority", "10"),
+				resource.TestCheckResourceAttr(addr, "queues.emails.dead_arguments.%", "0"),
+				resource.TestCheckResourceAttr(addr, "queues.reports.message_ttl", "90s"),
+				resource.TestCheckResourceAttr(addr, "queues.reports.arguments.%", "1"),
+				resource.TestCheckResourceAttr(addr, "queues.reports.arguments.x-message-ttl", "90000"),
+				resource.TestCheckResourceAttr(addr, "queues.urgent.arguments.x-message-ttl", "86400000"),
+			),
+		}},
+	})
+}
+
+func TestAccQueueSet_existingQueueWithOtherArguments(t *testing.T) {
+	b := newTestBroker(t)
+	p := b.uniquePrefix("exists")
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: testAccProviders,
+		CheckDestroy:             b.checkDestroyed(p),
+		Steps: []resource.TestStep{{
+			PreConfig: func() {
+				if _, err := b.mgmt.DeclareQueue("/", work(p, "a"), rabbitQueue(true, map[string]any{topology.ArgMaxPriority: 3})); err != nil {
+					t.Fatal(err)
+				}
+			},
+			Config:      b.providerBlock("") + setConfig(p, false, `a = {}`+"\n"+`b = {}`),
+			ExpectError: regexp.MustCompile(`(?s)Queue Already Exists With Other Arguments.*` + regexp.QuoteMeta(work(p, "a")) + `.*terraform\s+import`),
+		}, {
+			// Nothing was declared: b is not there.
+			PreConfig: func() {
+				if _, ok := b.queues(p)[work(p, "b")]; ok {
+					t.Errorf("queue %s was declared although the create failed", work(p, "b"))
+				}
+				_, _ = b.mgmt.DeleteQueue("/", work(p, "a"))
+			},
+			Config: b.providerBlock("") + setConfig(p, false, `a = {}`+"\n"+`b = {}`),
+		}},
+	})
+}
+
+func TestAccQueueSet_addQueue(t *testing.T) {
+	b := newTestBroker(t)
+	p := b.uniquePrefix("add")
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: testAccProviders,
+		CheckDestroy:             b.checkDestroyed(p),
+		Steps: []resource.TestStep{{
+			Config: b.providerBlock("") + setConfig(p, true, `a = {}`),
+		}, {
+			PreConfig: func() {
+				b.publish(work(p, "a"), 5)
+				b.publish(dead(p, "a"), 2)
+			},
+			Config: b.providerBlock("") + setConfig(p, true, `a = {}`+"\n"+`b = { max_priority = 3 }`),
+			ConfigPlanChecks: resource.ConfigPlanChecks{
+				PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction(addr, plancheck.ResourceActionUpdate),
+					expectChangedQueues(addr, "b"),
+				},
+			},
+			Check: resource.ComposeAggregateTestCheckFunc(
+				b.checkCount(work(p, "a"), 5),
+				b.checkCount(dead(p, "a"), 2),
+				b.checkQueues(p, map[string]wantQueue{
+					work(p, "a"): {true, map[string]any{topology.ArgMaxPriority: int64(10)}},
+					dead(p, "a"): {true, map[string]any{}},
+					work(p, "b"): {true, map[string]any{topology.ArgMaxPriority: int64(3)}},
+					dead(p, "b"): {true, map[string]any{}},
+				}),
+			),
+		}, {
+			// Removing a queue deletes just it.
+			Config: b.providerBlock("") + setConfig(p, true, `a = {}`),
+			ConfigPlanChecks: resource.ConfigPlanChecks{
+				PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction(addr, plancheck.ResourceActionUpdate),
+					expectChangedQueues(addr, "b"),
+				},
+			},
+			Check: resource.ComposeAggregateTestCheckFunc(
+				b.checkCount(work(p, "a"), 5),
+				b.checkQueues(p, map[string]wantQueue{
+					work(p, "a"): {true, map[string]any{topology.ArgMaxPriority: int64(10)}},
+					dead(p, "a"): {true, map[string]any{}},
+				}),
+			),
+		}},
+	})
+}
+
+func TestAccQueueSet_removeQueueWithMessages(t *testing.T) {
+	b := newTestBroker(t)
+	p := b.uniquePrefix("remove")
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: testAccProviders,
+		CheckDestroy:             b.checkDestroyed(p),
+		Steps: []resource.TestStep{{
+			Config: b.providerBlock("") + setConfig(p, false, `a = {}`+"\n"+`b = {}`),
+		}, {
+			PreConfig: func() {
+				b.publish(work(p, "b"), 4)
+				b.waitManagementCount(work(p, "b"), 4)
+			},
+			Config:      b.providerBlock("") + setConfig(p, false, `a = {}`),
+			ExpectError: regexp.MustCompile(`(?s)Queue Holds Messages.*` + regexp.QuoteMeta(work(p, "b")) + `.*holds 4 messages.*force_destroy`),
+		}, {
+			PreConfig: func() {
+				if n, err := b.count(work(p, "b")); err != nil || n != 4 {
+					t.Errorf("after the refused removal %s holds %d messages (%v), want 4", work(p, "b"), n, err)
+				}
+			},
+			Config: b.providerBlock("") + setConfig(p, true, `a = {}`),
+			Check: b.checkQueues(p, map[string]wantQueue{
+				work(p, "a"): {true, map[string]any{topology.ArgMaxPriority: int64(10)}},
+				dead(p, "a"): {true, map[string]any{}},
+			}),
+		}},
+	})
+}
+
+func TestAccQueueSet_changeMaxPriority(t *testing.T) {
+	b := newTestBroker(t)
+	p := b.uniquePrefix("change")
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: testAccProviders,
+		CheckDestroy:             b.checkDestroyed(p),
+		Steps: []resource.TestStep{{
+			Config: b.providerBlock("") + setConfig(p, false, `a = {}`+"\n"+`b = {}`),
+		}, {
+			// a is empty; b holds a message that must survive a's
+			// replacement.
+			PreConfig: func() { b.publish(work(p, "b"), 1) },
+			Config:    b.providerBlock("") + setConfig(p, false, `a = { max_priority = 5 }`+"\n"+`b = {}`),
+			ConfigPlanChecks: resource.ConfigPlanChecks{
+				PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction(addr, plancheck.ResourceActionUpdate),
+					expectChangedQueues(addr, "a"),
+				},
+			},
+			Check: resource.ComposeAggregateTestCheckFunc(
+				b.checkQueues(p, map[string]wantQueue{
+					work(p, "a"): {true, map[string]any{topology.ArgMaxPriority: int64(5)}},
+					dead(p, "a"): {true, map[string]any{}},
+					work(p, "b"): {true, map[string]any{topology.ArgMaxPriority: int64(10)}},
+					dead(p, "b"): {true, map[string]any{}},
+				}),
+				b.checkCount(work(p, "b"), 1),
+				resource.TestCheckResourceAttr(addr, "queues.a.arguments.x-max-priority", "5"),
+			),
+		}, {
+			// a now holds messages: the change is refused and nothing is
+			// deleted.
+			PreConfig: func() {
+				b.publish(work(p, "a"), 3)
+				b.waitManagementCount(work(p, "a"), 3)
+			},
+			Config:      b.providerBlock("") + setConfig(p, false, `a = { max_priority = 7 }`+"\n"+`b = {}`),
+			ExpectError: regexp.MustCompile(`(?s)Queue Holds Messages.*x-max-priority 5 → 7.*` + regexp.QuoteMeta(work(p, "a")) + `.*holds 3 messages`),
+		}, {
+			PreConfig: func() {
+				if n, err := b.count(work(p, "a")); err != nil || n != 3 {
+					t.Errorf("after the refused replacement %s holds %d messages (%v), want 3", work(p, "a"), n, err)
+				}
+			},
+			// Back to what the broker has: no change, and the messages
+			// are still there.
+			Config: b.providerBlock("") + setConfig(p, false, `a = { max_priority = 5 }`+"\n"+`b = {}`),
+			ConfigPlanChecks: resource.ConfigPlanChecks{
+				PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()},
+			},
+			Check: resource.ComposeAggregateTestCheckFunc(
+				b.checkCount(work(p, "a"), 3),
+				b.checkQueues(p, map[string]wantQueue{
+					work(p, "a"): {true, map[string]any{topology.ArgMaxPriority: int64(5)}},
+					dead(p, "a"): {true, map[string]any{}},
+					work(p, "b"): {true, map[string]any{topology.ArgMaxPriority: int64(10)}},
+					dead(p, "b"): {true, map[string]any{}},
+				}),
+			),
+		}, {
+			// force_destroy lets it through, discarding a's messages.
+			Config: b.providerBlock("") + setConfig(p, true, `a = { max_priority = 7 }`+"\n"+`b = {}`),
+			Check: resource.ComposeAggregateTestCheckFunc(
+				b.checkCount(work(p, "a"), 0),
+				b.checkCount(work(p, "b"), 1),
+				b.checkQueues(p, map[string]wantQueue{
+					work(p, "a"): {true, map[string]any{topology.ArgMaxPriority: int64(7)}},
+					dead(p, "a"): {true, map[string]any{}},
+					work(p, "b"): {true, map[string]any{topology.ArgMaxPriority: int64(10)}},
+					dead(p, "b"): {true, map[string]any{}},
+				}),
+			),
+		}},
+	})
+}
+
+func TestAccQueueSet_driftAndImport(t *testing.T) {
+	b := newTestBroker(t)
+	p := b.uniquePrefix("drift")
+	queues := `a = { message_ttl = "24h" }` + "\n" + `b = { max_priority = 0, durable = false }` + "\n" + `c = { message_ttl = "1m30s", max_priority = 2 }`
+	cfg := b.providerBlock("") + setConfig(p, false, queues)
+	want := map[string]wantQueue{
+		work(p, "a"): {true, map[string]any{topology.ArgMaxPriority: int64(10), topology.ArgMessageTTL: int64(86400000)}},
+		dead(p, "a"): {true, map[string]any{}},
+		work(p, "b"): {false, map[string]any{}},
+		dead(p, "b"): {true, map[string]any{}},
+		work(p, "c"): {true, map[string]any{topology.ArgMaxPriority: int64(2), topology.ArgMessageTTL: int64(90000)}},
+		dead(p, "c"): {true, map[string]any{}},
+	}
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: testAccProviders,
+		CheckDestroy:             b.checkDestroyed(p),
+		Steps: []resource.TestStep{{
+			PreConfig: func() {
+				// A hold queue of the set, as the runtime would declare it,
+				// must not disturb the plan.
+				hold := topology.HoldName(work(p, "a"), 600000)
+				if _, err := b.mgmt.DeclareQueue("/", hold, rabbitQueue(true, topology.HoldArgs(work(p, "a"), 600000))); err != nil {
+					t.Fatal(err)
+				}
+			},
+			Config: cfg,
+		}, {
+			// b deleted behind Terraform's back is planned back, as an
+			// update of the set that touches nothing else.
+			PreConfig: func() {
+				if _, err := b.mgmt.DeleteQueue("/", work(p, "b")); err != nil {
+					t.Fatal(err)
+				}
+			},
+			Config: cfg,
+			ConfigPlanChecks: resource.ConfigPlanChecks{
+				PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction(addr, plancheck.ResourceActionUpdate),
+					expectChangedQueues(addr, "b"),
+				},
+			},
+			Check: b.checkQueues(p, withHold(want, p)),
+		}, {
+			// c's arguments changed behind Terraform's back: planned as a
+			// replacement of c alone, carried out since c is empty.
+			PreConfig: func() {
+				if _, err := b.mgmt.DeleteQueue("/", work(p, "c")); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := b.mgmt.DeclareQueue("/", work(p, "c"), rabbitQueue(true, map[string]any{topology.ArgMaxPriority: 9})); err != nil {
+					t.Fatal(err)
+				}
+			},
+			Config: cfg,
+			ConfigPlanChecks: resource.ConfigPlanChecks{
+				PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction(addr, plancheck.ResourceActionUpdate),
+					expectChangedQueues(addr, "c"),
+				},
+			},
+			Check: b.checkQueues(p, withHold(want, p)),
+		}, {
+			ResourceName:      addr,
+			ImportState:       true,
+			ImportStateId:     p + "@/",
+			ImportStateVerify: true,
+		}, {
+			// A bare prefix means the default virtual host.
+			ResourceName:      addr,
+			ImportState:       true,
+			ImportStateId:     p,
+			ImportStateVerify: true,
+		}, {
+			ResourceName:  addr,
+			ImportState:   true,
+			ImportStateId: "tfacc-no-such-prefix@/",
+			ExpectError:   regexp.MustCompile(`Queue Set Not Found`),
+		}},
+	})
+}
+
+// withHold adds the hold queue TestAccQueueSet_driftAndImport declares.
+func withHold(want map[string]wantQueue, p string) map[string]wantQueue {
+	out := map[string]wantQueue{}
+	for k, v := range want {
+		out[k] = v
+	}
+	args := map[string]any{}
+	for k, v := range topology.HoldArgs(work(p, "a"), 600000) {
+		args[k] = v
+	}
+	out[topology.HoldName(work(p, "a"), 600000)] = wantQueue{true, args}
+	return out
+}
+
+func TestAccQueueSet_destroyWithDeadLetters(t *testing.T) {
+	b := newTestBroker(t)
+	p := b.uniquePrefix("destroy")
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: testAccProviders,
+		CheckDestroy:             b.checkDestroyed(p),
+		Steps: []resource.TestStep{{
+			Config: b.providerBlock("") + setConfig(p, false, `a = {}`+"\n"+`b = {}`),
+		}, {
+			PreConfig: func() {
+				b.publish(dead(p, "b"), 2)
+				b.waitManagementCount(dead(p, "b"), 2)
+			},
+			Config:      b.providerBlock("") + setConfig(p, false, `a = {}`+"\n"+`b = {}`),
+			Destroy:     true,
+			ExpectError: regexp.MustCompile(`(?s)Queue Set Holds Messages.*` + regexp.QuoteMeta(dead(p, "b")) + `.*holds 2 messages`),
+		}, {
+			PreConfig: func() {
+				if n, err := b.count(dead(p, "b")); err != nil || n != 2 {
+					t.Errorf("after the refused destroy %s holds %d messages (%v), want 2", dead(p, "b"), n, err)
+				}
+			},
+			// With force_destroy the destroy at the end of the test
+			// succeeds, and CheckDestroy sees nothing left.
+			Config: b.providerBlock("") + setConfig(p, true, `a = {}`+"\n"+`b = {}`),
+			Check:  b.checkCount(dead(p, "b"), 2),
+		}},
+	})
+}
+
+// TestAccQueueSet_refreshListsOnce shows that a refresh costs one request
+// to the management API, whatever the number of queues: a plan with no
+// change makes exactly one, the list of the vhost's queues.
+func TestAccQueueSet_refreshListsOnce(t *testing.T) {
+	b := newTestBroker(t)
+	p := b.uniquePrefix("count")
+	proxy := newCountingProxy(t, b.env.endpoint)
+	var queues []string
+	for i := 0; i < 12; i++ {
+		queues = append(queues, fmt.Sprintf("q%02d = {}", i))
+	}
+	cfg := b.providerBlock(proxy.server.URL) + setConfig(p, false, strings.Join(queues, "\n"))
+	checkOneList := func() {
+		seen := proxy.seen()
+		// A PlanOnly step runs one plan without and one with refresh.
+		if len(seen) != 1 || seen[0] != "GET /api/queues/%2F" {
+			t.Errorf("the no-change plan made %d management API requests %v, want exactly one GET /api/queues/%%2F", len(seen), seen)
+		}
+	}
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: testAccProviders,
+		CheckDestroy:             b.checkDestroyed(p),
+		Steps: []resource.TestStep{{
+			Config: cfg,
+		}, {
+			PreConfig: proxy.reset,
+			Config:    cfg,
+			PlanOnly:  true,
+		}, {
+			PreConfig: checkOneList,
+			Config:    cfg,
+			PlanOnly:  true,
+		}},
+	})
+}
+
+func TestAccQueueSet_validation(t *testing.T) {
+	b := newTestBroker(t)
+	p := b.uniquePrefix("valid")
+	long := strings.Repeat("x", topology.MaxWorkNameBytes-len(p))
+	cases := []struct {
+		prefix, queues string
+		err            string
+	}{
+		{"", `a = {}`, `(?s)Invalid Queue Set Prefix.*must not be empty`},
+		{p + ".", `a = {}`, `(?s)Invalid Queue Set Prefix.*must not end in '\.'`},
+		{"amq.x", `a = {}`, `(?s)Invalid Queue Set Prefix.*amq\.`},
+		{p, ``, `(?s)Queue Set Has No Queues`},
+		{p, `"" = {}`, `(?s)Invalid Queue Name.*must not be empty`},
+		{p, `"` + long + `" = {}`, `(?s)Invalid Queue Name.*shorten the prefix or the name`},
+		{p, `x = {}` + "\n" + `"x.dead" = {}`, `(?s)Invalid Queue Name.*collides with queue`},
+		{p, `a = { max_priority = -1 }`, `(?s)Invalid Max Priority.*-1 is out of range`},
+		{p, `a = { max_priority = 256 }`, `(?s)Invalid Max Priority.*256 is out of range`},
+		{p, `a = { message_ttl = "ninety seconds" }`, `(?s)Invalid Message TTL.*not a duration`},
+		{p, `a = { message_ttl = "-5s" }`, `(?s)Invalid Message TTL.*negative`},
+		{p, `a = { message_ttl = "1500us" }`, `(?s)Invalid Message TTL.*whole number of milliseconds`},
+		{p, `a = { message_ttl = "1200h" }`, `(?s)Invalid Message TTL.*longer than RabbitMQ's limit`},
+	}
+	var steps []resource.TestStep
+	for _, c := range cases {
+		steps = append(steps, resource.TestStep{
+			Config:      b.providerBlock("") + setConfig(c.prefix, false, c.queues),
+			PlanOnly:    true,
+			ExpectError: regexp.MustCompile(c.err),
+		})
+	}
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: testAccProviders,
+		CheckDestroy:             b.checkDestroyed(p),
+		Steps:                    steps,
+	})
+}
+
+// expectChangedQueues is a plan check that the resource's plan changes
+// exactly the named entries of its queues map and leaves every other entry
+// as it was, computed values included.
+func expectChangedQueues(address string, names ...string) plancheck.PlanCheck {
+	return changedQueuesCheck{address: address, names: names}
+}
+
+type changedQueuesCheck struct {
+	address string
+	names   []string
+}
+
+func (c changedQueuesCheck) CheckPlan(_ context.Context, req plancheck.CheckPlanRequest, resp *plancheck.CheckPlanResponse) {
+	for _, rc := range req.Plan.ResourceChanges {
+		if rc.Address != c.address {
+			continue
+		}
+		before, _ := rc.Change.Before.(map[string]any)
+		after, _ := rc.Change.After.(map[string]any)
+		bq, _ := before["queues"].(map[string]any)
+		aq, _ := after["queues"].(map[string]any)
+		keys := map[string]bool{}
+		for k := range bq {
+			keys[k] = true
+		}
+		for k := range aq {
+			keys[k] = true
+		}
+		var changed []string
+		for k := range keys {
+			if !reflect.DeepEqual(bq[k], aq[k]) {
+				changed = append(changed, k)
+			}
+		}
+		sort.Strings(changed)
+		want := append([]string(nil), c.names...)
+		sort.Strings(want)
+		if !reflect.DeepEqual(changed, want) {
+			resp.Error = fmt.Errorf("%s: the plan changes queues %v, want exactly %v", c.address, changed, want)
+		}
+		return
+	}
+	resp.Error = fmt.Errorf("%s: not in the plan", c.address)
+}
