@@ -23,8 +23,9 @@ package queuey
 //	    buffer of 1) after every successful reconnect, once onConnect has run:
 //	    the signal for a worker to resubscribe. ch is closed by close.
 //	(*conn).close() error
-//	    Stops reconnecting and closes the connection. Later calls return
-//	    ErrClosed; channel returns ErrClosed.
+//	    Stops reconnecting and closes the connection (a wrapConn connection
+//	    is left open for its owner). Later calls return ErrClosed; channel
+//	    returns ErrClosed.
 
 import (
 	"context"
@@ -301,7 +302,8 @@ func (c *conn) close() error {
 	close(c.done)
 	c.mu.Unlock()
 	var err error
-	if cur != nil && !cur.IsClosed() {
+	// A caller's connection stays open: the caller closes it.
+	if cur != nil && c.redial && !cur.IsClosed() {
 		err = cur.Close()
 		if errors.Is(err, amqp.ErrClosed) {
 			err = nil

@@ -1,0 +1,718 @@
+//go:build integration
+
+package queuey
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/queuey/terraform-provider-queuey/runtime/topology"
+)
+
+// newTestProducer builds a declared producer for set under the test's
+// prefix and closes it at cleanup.
+func newTestProducer(t *testing.T, b *testBroker, queues []QueueConfig, opts *ProducerOptions) *Producer {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	p, err := NewProducer(ctx, b.url, QueueSet{Prefix: b.prefix, Queues: queues}, opts)
+	if err != nil {
+		t.Fatalf("NewProducer: %v", err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	return p
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// checkQueue compares a queue read through the management API with what
+// SPEC §1 says: flags, and arguments exactly, integers as JSON numbers.
+func checkQueue(t *testing.T, b *testBroker, name string, durable bool, args map[string]any) {
+	t.Helper()
+	q := b.queue(name)
+	if q == nil {
+		t.Errorf("queue %s does not exist", name)
+		return
+	}
+	if q.Durable != durable || bool(q.AutoDelete) || q.Exclusive {
+		t.Errorf("queue %s: durable=%v auto_delete=%v exclusive=%v, want durable=%v auto_delete=false exclusive=false",
+			name, q.Durable, q.AutoDelete, q.Exclusive, durable)
+	}
+	if !reflect.DeepEqual(q.Arguments, args) {
+		t.Errorf("queue %s: arguments = %#v, want exactly %#v", name, q.Arguments, args)
+	}
+}
+
+func TestIntegrationProducerDeclaresQueueSet(t *testing.T) {
+	t.Parallel()
+	b := newTestBroker(t)
+	queues := []QueueConfig{
+		{Name: "default"},
+		{Name: "ttl", MessageTTL: time.Minute},
+		{Name: "prio5", MaxPriority: 5},
+		{Name: "plain", MaxPriority: NoPriority},
+		{Name: "transient", NonDurable: true},
+	}
+	newTestProducer(t, b, queues, nil)
+
+	checkQueue(t, b, b.name("default"), true, map[string]any{"x-max-priority": 10.0})
+	checkQueue(t, b, b.name("ttl"), true, map[string]any{"x-max-priority": 10.0, "x-message-ttl": 60000.0})
+	checkQueue(t, b, b.name("prio5"), true, map[string]any{"x-max-priority": 5.0})
+	checkQueue(t, b, b.name("plain"), true, map[string]any{})
+	checkQueue(t, b, b.name("transient"), false, map[string]any{"x-max-priority": 10.0})
+	var want []string
+	for _, q := range queues {
+		checkQueue(t, b, b.name(q.Name)+".dead", true, map[string]any{})
+		want = append(want, b.name(q.Name), b.name(q.Name)+".dead")
+	}
+	got := b.queueNames()
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("queues = %v, want exactly %v (no hold queues before a delay)", got, want)
+	}
+
+	// A second process with the same configuration declares the same
+	// queues without a conflict.
+	newTestProducer(t, b, queues, nil)
+}
+
+func TestIntegrationInvalidSetDeclaresNothing(t *testing.T) {
+	t.Parallel()
+	b := newTestBroker(t)
+	set := QueueSet{Prefix: b.prefix, Queues: []QueueConfig{{Name: "good"}, {Name: "good.dead"}}}
+	_, err := NewProducer(testCtx(t), b.url, set, nil)
+	if !errors.Is(err, ErrInvalidName) {
+		t.Fatalf("NewProducer with colliding queues = %v, want ErrInvalidName", err)
+	}
+	if names := b.queueNames(); len(names) != 0 {
+		t.Errorf("an invalid set declared %v", names)
+	}
+}
+
+func TestIntegrationEnqueueAfterWaitsInAHoldQueue(t *testing.T) {
+	t.Parallel()
+	b := newTestBroker(t)
+	p := newTestProducer(t, b, []QueueConfig{{Name: "jobs"}}, &ProducerOptions{DelayGranularity: 500 * time.Millisecond})
+	ch := b.channel()
+	work := b.name("jobs")
+	hold := work + ".deferred.1000"
+
+	start := time.Now()
+	id, err := p.EnqueueAfter(testCtx(t), "jobs", "report", map[string]int{"n": 1}, 700*time.Millisecond, nil)
+	if err != nil {
+		t.Fatalf("EnqueueAfter: %v", err)
+	}
+	checkQueue(t, b, hold, true, map[string]any{
+		"x-message-ttl":             1000.0,
+		"x-dead-letter-exchange":    "",
+		"x-dead-letter-routing-key": work,
+		"x-expires":                 2000.0,
+	})
+
+	// The job is not in the work queue before its TTL has run out, and is
+	// there soon after.
+	var arrived time.Duration
+	eventually(t, 10*time.Second, 10*time.Millisecond, "the delayed job never reached "+work, func() bool {
+		n := b.count(ch, work)
+		if n == 0 {
+			return false
+		}
+		arrived = time.Since(start)
+		return true
+	})
+	if arrived < time.Second {
+		t.Errorf("the job reached the work queue after %v, before its 1s hold TTL", arrived)
+	}
+	t.Logf("delayed job arrived after %v", arrived)
+	d, ok := b.get(ch, work)
+	if !ok {
+		t.Fatal("work queue empty")
+	}
+	if d.MessageId != id || d.Priority != 0 || d.Headers["x-deferrals"] != int64(0) || d.Headers["x-attempt"] != int64(1) {
+		t.Errorf("delayed job: id=%s priority=%d headers=%v; want id %s, priority 0, x-deferrals 0, x-attempt 1", d.MessageId, d.Priority, d.Headers, id)
+	}
+	env, err := decodeEnvelope(d.Body)
+	if err != nil || env.JobID != id || env.Queue != work || env.Priority != 0 || env.Deferrals != 0 {
+		t.Errorf("delayed job envelope = %+v, %v", env, err)
+	}
+
+	// Unused for twice its TTL, the hold queue deletes itself.
+	eventually(t, 20*time.Second, 250*time.Millisecond, "the idle hold queue "+hold+" still exists", func() bool {
+		return b.queue(hold) == nil
+	})
+}
+
+func TestIntegrationDeferredJobOvertakesBacklog(t *testing.T) {
+	t.Parallel()
+	b := newTestBroker(t)
+	p := newTestProducer(t, b, []QueueConfig{{Name: "jobs"}}, &ProducerOptions{DeferGranularity: 200 * time.Millisecond})
+	ch := b.channel()
+	work := b.name("jobs")
+	ctx := testCtx(t)
+
+	var backlog []string
+	for i := range 5 {
+		id, err := p.Enqueue(ctx, "jobs", "backlog", i, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		backlog = append(backlog, id)
+	}
+	deferred, err := p.Defer(ctx, "jobs", "retry_after", "later", 150*time.Millisecond, nil)
+	if err != nil {
+		t.Fatalf("Defer: %v", err)
+	}
+	if b.queue(work+".deferred.200") == nil {
+		t.Errorf("no hold queue %s.deferred.200 after a 150ms defer at 200ms granularity", work)
+	}
+	eventually(t, 10*time.Second, 20*time.Millisecond, "the deferred job never came back", func() bool {
+		return b.count(ch, work) == 6
+	})
+
+	var order []string
+	for range 6 {
+		d, ok := b.get(ch, work)
+		if !ok {
+			t.Fatal("work queue ran dry")
+		}
+		order = append(order, d.MessageId)
+		if d.MessageId == deferred {
+			env, err := decodeEnvelope(d.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Priority != 10 || env.Priority != 10 || env.Deferrals != 1 || d.Headers["x-deferrals"] != int64(1) || env.Attempt != 1 {
+				t.Errorf("deferred job: priority %d, envelope %+v, headers %v; want priority 10, one deferral, attempt 1", d.Priority, env, d.Headers)
+			}
+		} else if d.Priority != 0 {
+			t.Errorf("backlog job %s has priority %d, want 0", d.MessageId, d.Priority)
+		}
+	}
+	if want := append([]string{deferred}, backlog...); !slices.Equal(order, want) {
+		t.Errorf("delivery order = %v, want the deferred job first, then the backlog in order: %v", order, want)
+	}
+}
+
+func TestIntegrationDelayTooLongIsRefusedAndNothingIsPublished(t *testing.T) {
+	t.Parallel()
+	b := newTestBroker(t)
+	p := newTestProducer(t, b, []QueueConfig{{Name: "jobs"}}, nil)
+	ctx := testCtx(t)
+	const want = "delay of 30d is longer than a hold queue can wait (24d 20h 31m 23s); it was refused rather than released early"
+
+	for name, call := range map[string]func() (string, error){
+		"EnqueueAfter": func() (string, error) {
+			return p.EnqueueAfter(ctx, "jobs", "t", nil, 30*24*time.Hour, nil)
+		},
+		"Defer": func() (string, error) { return p.Defer(ctx, "jobs", "t", nil, 30*24*time.Hour, nil) },
+	} {
+		id, err := call()
+		if err == nil || err.Error() != want {
+			t.Errorf("%s of 30d = %q, %v; want the error %q", name, id, err, want)
+		}
+		if !errors.Is(err, ErrDelayTooLong) {
+			t.Errorf("%s of 30d: errors.Is(err, ErrDelayTooLong) = false", name)
+		}
+		var dte *topology.DelayTooLongError
+		if !errors.As(err, &dte) || dte.Delay != 30*24*time.Hour {
+			t.Errorf("%s of 30d: want a *topology.DelayTooLongError for 30d, got %#v", name, err)
+		}
+	}
+	// The longest delay that fits is accepted.
+	if _, err := p.EnqueueAfter(ctx, "jobs", "t", nil, 2147483*time.Second, nil); err != nil {
+		t.Errorf("EnqueueAfter of exactly the ceiling: %v", err)
+	}
+
+	ch := b.channel()
+	if n := b.count(ch, b.name("jobs")); n != 0 {
+		t.Errorf("work queue holds %d messages after refused delays", n)
+	}
+	got := b.queueNames()
+	slices.Sort(got)
+	want2 := []string{b.name("jobs"), b.name("jobs.dead"), b.name("jobs.deferred.2147483000")}
+	if !slices.Equal(got, want2) {
+		t.Errorf("queues = %v, want %v: a refused delay must not declare a hold queue", got, want2)
+	}
+}
+
+func TestIntegrationUndeclaredProducerCannotDelay(t *testing.T) {
+	t.Parallel()
+	b := newTestBroker(t)
+	newTestProducer(t, b, []QueueConfig{{Name: "jobs"}}, nil) // the queues exist, owned by someone else
+	ctx := testCtx(t)
+
+	p, err := NewUndeclaredProducer(ctx, b.url, b.prefix, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	if _, err := p.EnqueueAfter(ctx, "jobs", "t", nil, time.Second, nil); !errors.Is(err, ErrUnknownQueue) {
+		t.Errorf("undeclared EnqueueAfter = %v, want ErrUnknownQueue", err)
+	}
+	if _, err := p.Defer(ctx, "jobs", "t", nil, time.Second, nil); !errors.Is(err, ErrUnknownQueue) {
+		t.Errorf("undeclared Defer = %v, want ErrUnknownQueue", err)
+	}
+	if _, err := p.Enqueue(ctx, "jobs", "t", nil, nil); err != nil {
+		t.Errorf("undeclared Enqueue onto an existing queue: %v", err)
+	}
+
+	// Without a prefix, names are broker names.
+	raw, err := NewUndeclaredProducer(ctx, b.url, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = raw.Close() })
+	if _, err := raw.Enqueue(ctx, b.name("jobs"), "t", nil, nil); err != nil {
+		t.Errorf("undeclared Enqueue by broker name: %v", err)
+	}
+
+	if n := b.count(b.channel(), b.name("jobs")); n != 2 {
+		t.Errorf("work queue holds %d jobs, want 2", n)
+	}
+	got := b.queueNames()
+	slices.Sort(got)
+	if want := []string{b.name("jobs"), b.name("jobs.dead")}; !slices.Equal(got, want) {
+		t.Errorf("queues = %v, want %v: an undeclared producer declares nothing", got, want)
+	}
+}
+
+func TestIntegrationPublishToMissingQueueIsUnroutable(t *testing.T) {
+	t.Parallel()
+	b := newTestBroker(t)
+	// One channel, so that each publish reuses the one before it: a
+	// return must never leak into the next publish's result.
+	p := newTestProducer(t, b, []QueueConfig{{Name: "jobs"}}, &ProducerOptions{Channels: 1})
+	ctx := testCtx(t)
+	for i := range 3 {
+		_, err := p.Enqueue(ctx, "missing", "t", i, nil)
+		if !errors.Is(err, ErrUnroutable) {
+			t.Fatalf("Enqueue onto a missing queue = %v, want ErrUnroutable", err)
+		}
+		if !strings.Contains(err.Error(), b.name("missing")) {
+			t.Errorf("error %q does not name the queue", err)
+		}
+		if _, err := p.Enqueue(ctx, "jobs", "t", i, nil); err != nil {
+			t.Fatalf("Enqueue onto an existing queue after an unroutable one: %v", err)
+		}
+	}
+	if n := b.count(b.channel(), b.name("jobs")); n != 3 {
+		t.Errorf("work queue holds %d jobs, want 3", n)
+	}
+
+	u, err := NewUndeclaredProducer(ctx, b.url, b.prefix, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = u.Close() })
+	if _, err := u.Enqueue(ctx, "missing", "t", nil, nil); !errors.Is(err, ErrUnroutable) {
+		t.Errorf("undeclared Enqueue onto a missing queue = %v, want ErrUnroutable", err)
+	}
+}
+
+func TestIntegrationPreconditionFailedNamesQueueAndArgument(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		existing map[string]any
+		durable  bool
+		config   QueueConfig
+		argument string
+	}{
+		{"max-priority", map[string]any{"x-max-priority": 5}, true, QueueConfig{Name: "jobs"}, "x-max-priority"},
+		{"no-priority", map[string]any{}, true, QueueConfig{Name: "jobs"}, "x-max-priority"},
+		{"message-ttl", map[string]any{"x-max-priority": 10, "x-message-ttl": 1000}, true, QueueConfig{Name: "jobs", MessageTTL: 2 * time.Second}, "x-message-ttl"},
+		{"durable", map[string]any{"x-max-priority": 10}, false, QueueConfig{Name: "jobs"}, "durable"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := newTestBroker(t)
+			work := b.name("jobs")
+			b.declare(work, tc.durable, tc.existing)
+			before := b.queue(work).Arguments
+
+			_, err := NewProducer(testCtx(t), b.url, QueueSet{Prefix: b.prefix, Queues: []QueueConfig{tc.config}}, nil)
+			var pe *PreconditionError
+			if !errors.As(err, &pe) {
+				t.Fatalf("NewProducer = %v, want a *PreconditionError", err)
+			}
+			if pe.Queue != work || pe.Argument != tc.argument {
+				t.Errorf("PreconditionError{Queue: %q, Argument: %q}, want %q and %q", pe.Queue, pe.Argument, work, tc.argument)
+			}
+			if !errors.Is(err, ErrPreconditionFailed) {
+				t.Error("errors.Is(err, ErrPreconditionFailed) = false")
+			}
+			for _, s := range []string{work, tc.argument, "migrate"} {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("error %q does not mention %q", err, s)
+				}
+			}
+			t.Logf("error: %v", err)
+			if after := b.queue(work).Arguments; !reflect.DeepEqual(after, before) {
+				t.Errorf("the existing queue changed: %v -> %v", before, after)
+			}
+		})
+	}
+}
+
+func TestIntegrationPublishedJobHasEnvelopeHeadersAndProperties(t *testing.T) {
+	t.Parallel()
+	b := newTestBroker(t)
+	p := newTestProducer(t, b, []QueueConfig{{Name: "jobs"}, {Name: "fast", NonDurable: true}}, nil)
+	ch := b.channel()
+	ctx := testCtx(t)
+
+	type payload struct {
+		To      string `json:"to"`
+		Retries int    `json:"retries"`
+	}
+	before := time.Now()
+	id, err := p.Enqueue(ctx, "jobs", "send_email", payload{To: "a@example.com", Retries: 2}, &EnqueueOptions{CorrelationID: "req-42"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !uuidV4.MatchString(id) {
+		t.Errorf("job id %q is not a UUID", id)
+	}
+	d, ok := b.get(ch, b.name("jobs"))
+	if !ok {
+		t.Fatal("no job in the work queue")
+	}
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"MessageId", d.MessageId, id},
+		{"Type", d.Type, "send_email"},
+		{"ContentType", d.ContentType, "application/json"},
+		{"CorrelationId", d.CorrelationId, "req-42"},
+		{"DeliveryMode", d.DeliveryMode, amqp.Persistent},
+		{"Priority", d.Priority, uint8(0)},
+		{"Exchange", d.Exchange, ""},
+		{"RoutingKey", d.RoutingKey, b.name("jobs")},
+		{"Expiration", d.Expiration, ""},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s = %#v, want %#v", c.name, c.got, c.want)
+		}
+	}
+	if want := (amqp.Table{"x-deferrals": int64(0), "x-attempt": int64(1)}); !reflect.DeepEqual(d.Headers, want) {
+		t.Errorf("headers = %#v, want %#v", d.Headers, want)
+	}
+	if d.Timestamp.Before(before.Truncate(time.Second)) || d.Timestamp.After(time.Now()) {
+		t.Errorf("timestamp %v is not the time of the publish", d.Timestamp)
+	}
+	var fields map[string]any
+	if err := json.Unmarshal(d.Body, &fields); err != nil {
+		t.Fatal(err)
+	}
+	enq, _ := fields["enqueued_at_ms"].(float64)
+	if ms := int64(enq); ms < before.UnixMilli() || ms > time.Now().UnixMilli() {
+		t.Errorf("enqueued_at_ms = %v, want the time of the enqueue", fields["enqueued_at_ms"])
+	}
+	delete(fields, "enqueued_at_ms")
+	want := map[string]any{
+		"job_id": id, "job_type": "send_email", "queue": b.name("jobs"), "attempt": 1.0, "deferrals": 0.0,
+		"priority": 0.0, "correlation_id": "req-42", "payload": map[string]any{"to": "a@example.com", "retries": 2.0},
+	}
+	if !reflect.DeepEqual(fields, want) {
+		t.Errorf("envelope = %v, want %v", fields, want)
+	}
+
+	// No correlation id: none in the properties, none in the envelope. A
+	// transient queue gets transient messages.
+	if _, err := p.Enqueue(ctx, "fast", "ping", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	d, ok = b.get(ch, b.name("fast"))
+	if !ok {
+		t.Fatal("no job in the transient queue")
+	}
+	if d.CorrelationId != "" || strings.Contains(string(d.Body), "correlation_id") {
+		t.Errorf("a job without a correlation id carries one: %q, %s", d.CorrelationId, d.Body)
+	}
+	if d.DeliveryMode != amqp.Transient {
+		t.Errorf("job on a transient queue has delivery mode %d, want transient", d.DeliveryMode)
+	}
+}
+
+func TestIntegrationEnqueueBatch(t *testing.T) {
+	t.Parallel()
+	b := newTestBroker(t)
+	p := newTestProducer(t, b, []QueueConfig{{Name: "a"}, {Name: "b"}}, nil)
+	ch := b.channel()
+	ctx := testCtx(t)
+
+	const n = 301 // more than two chunks
+	jobs := make([]BatchJob, n)
+	for i := range jobs {
+		q := "a"
+		if i%2 == 1 {
+			q = "b"
+		}
+		jobs[i] = BatchJob{Queue: q, JobType: "batch", Payload: i, Options: &EnqueueOptions{CorrelationID: fmt.Sprint("batch-", i)}}
+	}
+	jobs[150].Queue = "missing"
+
+	ids, err := p.EnqueueBatch(ctx, jobs)
+	var be *BatchError
+	if !errors.As(err, &be) {
+		t.Fatalf("EnqueueBatch with one job for a missing queue = %v, want a *BatchError", err)
+	}
+	if !errors.Is(err, ErrUnroutable) {
+		t.Errorf("errors.Is(err, ErrUnroutable) = false for %v", err)
+	}
+	for i, e := range be.Errs {
+		if (i == 150) != (e != nil) {
+			t.Errorf("job %d: error %v", i, e)
+		}
+	}
+	if len(ids) != n {
+		t.Fatalf("%d ids for %d jobs", len(ids), n)
+	}
+
+	var wantA []string
+	for i := 0; i < n; i += 2 {
+		if i != 150 {
+			wantA = append(wantA, ids[i])
+		}
+	}
+	if c := b.count(ch, b.name("b")); c != n/2 {
+		t.Errorf("queue b holds %d jobs, want %d", c, n/2)
+	}
+	var gotA []string
+	for {
+		d, ok := b.get(ch, b.name("a"))
+		if !ok {
+			break
+		}
+		env, err := decodeEnvelope(d.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var i int
+		_ = json.Unmarshal(env.Payload, &i)
+		if d.CorrelationId != fmt.Sprint("batch-", i) || env.CorrelationID != d.CorrelationId {
+			t.Errorf("job %d has correlation id %q / %q", i, d.CorrelationId, env.CorrelationID)
+		}
+		gotA = append(gotA, d.MessageId)
+	}
+	if !slices.Equal(gotA, wantA) {
+		t.Errorf("queue a: %d jobs, want %d in batch order", len(gotA), len(wantA))
+	}
+
+	if ids, err := p.EnqueueBatch(ctx, nil); err != nil || len(ids) != 0 {
+		t.Errorf("empty batch = %v, %v", ids, err)
+	}
+}
+
+func TestIntegrationConcurrentEnqueues(t *testing.T) {
+	t.Parallel()
+	b := newTestBroker(t)
+	p := newTestProducer(t, b, []QueueConfig{{Name: "jobs"}}, &ProducerOptions{Channels: 8, DelayGranularity: 10 * time.Second})
+	ctx := testCtx(t)
+
+	const goroutines, each = 32, 25
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	var wg sync.WaitGroup
+	errs := make(chan error, goroutines*each*2)
+	for g := range goroutines {
+		wg.Go(func() {
+			for i := range each {
+				id, err := p.Enqueue(ctx, "jobs", "t", []int{g, i}, nil)
+				if err != nil {
+					errs <- err
+					continue
+				}
+				// Many publishes share one in-flight hold-queue
+				// declaration at a time.
+				if _, err := p.EnqueueAfter(ctx, "jobs", "t", nil, time.Second, nil); err != nil {
+					errs <- err
+				}
+				mu.Lock()
+				if seen[id] {
+					errs <- fmt.Errorf("job id %s twice", id)
+				}
+				seen[id] = true
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if c := b.count(b.channel(), b.name("jobs")); c != goroutines*each {
+		t.Errorf("work queue holds %d jobs, want %d", c, goroutines*each)
+	}
+	if b.queue(b.name("jobs")+".deferred.10000") == nil {
+		t.Error("no hold queue for the delayed jobs")
+	}
+}
+
+func TestIntegrationRefusedHoldDeclarationFailsOnlyThatPublish(t *testing.T) {
+	t.Parallel()
+	b := newTestBroker(t)
+	p := newTestProducer(t, b, []QueueConfig{{Name: "jobs"}}, nil)
+	ctx := testCtx(t)
+	work := b.name("jobs")
+	bad := work + ".deferred.1000"
+	b.declare(bad, true, map[string]any{}) // made by hand, without the hold arguments
+
+	for range 2 { // the second time on a reopened declaration channel
+		_, err := p.EnqueueAfter(ctx, "jobs", "t", nil, time.Second, nil)
+		var pe *PreconditionError
+		if !errors.As(err, &pe) || pe.Queue != bad || pe.Argument == "" {
+			t.Fatalf("EnqueueAfter onto a hand-made hold queue = %v, want a *PreconditionError naming %s and an argument", err, bad)
+		}
+	}
+	if _, err := p.Enqueue(ctx, "jobs", "t", nil, nil); err != nil {
+		t.Errorf("Enqueue after a refused hold declaration: %v", err)
+	}
+	if _, err := p.EnqueueAfter(ctx, "jobs", "t", nil, 2*time.Second, nil); err != nil {
+		t.Errorf("EnqueueAfter onto another hold queue after a refused declaration: %v", err)
+	}
+	if b.queue(work+".deferred.2000") == nil {
+		t.Error("hold queue .deferred.2000 missing")
+	}
+}
+
+func TestIntegrationProducerReconnectsAndRedeclares(t *testing.T) {
+	t.Parallel()
+	b := newTestBroker(t)
+	connName := b.prefix + "-conn"
+	p := newTestProducer(t, b, []QueueConfig{{Name: "jobs"}}, &ProducerOptions{
+		AMQPConfig: &amqp.Config{Properties: amqp.Table{"connection_name": connName}},
+	})
+	ctx := testCtx(t)
+	work := b.name("jobs")
+	if _, err := p.Enqueue(ctx, "jobs", "t", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	reconnected := p.conn.notifyReconnect(make(chan struct{}, 1))
+
+	var broker string // the broker's name for the connection
+	eventually(t, 20*time.Second, 200*time.Millisecond, "the producer's connection never showed in the management API", func() bool {
+		conns, err := b.api.ListConnections()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range conns {
+			if c.ClientProperties["connection_name"] == connName {
+				broker = c.Name
+				return true
+			}
+		}
+		return false
+	})
+	// While the connection is down, the work queue goes away; the
+	// reconnect must declare it again.
+	if _, err := b.api.DeleteQueue(b.vhost, work); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.api.CloseConnection(broker); err != nil {
+		t.Fatalf("close the producer's connection: %v", err)
+	}
+
+	id, err := p.Enqueue(ctx, "jobs", "t", 2, nil)
+	if err != nil {
+		t.Fatalf("Enqueue after the connection was closed: %v", err)
+	}
+	select {
+	case <-reconnected:
+	case <-ctx.Done():
+		t.Fatal("no reconnect notification")
+	}
+	checkQueue(t, b, work, true, map[string]any{"x-max-priority": 10.0})
+	d, ok := b.get(b.channel(), work)
+	if !ok || d.MessageId != id {
+		t.Errorf("after the reconnect the work queue holds %v (ok %v), want job %s", d.MessageId, ok, id)
+	}
+	if _, err := p.EnqueueAfter(ctx, "jobs", "t", 3, time.Second, nil); err != nil {
+		t.Errorf("EnqueueAfter after the reconnect: %v", err)
+	}
+}
+
+func TestIntegrationCloseWaitsForPublishesInFlight(t *testing.T) {
+	t.Parallel()
+	b := newTestBroker(t)
+	p := newTestProducer(t, b, []QueueConfig{{Name: "jobs"}}, nil)
+	ctx := testCtx(t)
+
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	confirmed := 0
+	for range 50 {
+		wg.Go(func() {
+			_, err := p.Enqueue(ctx, "jobs", "t", nil, nil)
+			switch {
+			case err == nil:
+				mu.Lock()
+				confirmed++
+				mu.Unlock()
+			case !errors.Is(err, ErrClosed):
+				t.Errorf("Enqueue during Close: %v", err)
+			}
+		})
+	}
+	time.Sleep(time.Millisecond)
+	if err := p.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	wg.Wait()
+	if err := p.Close(); !errors.Is(err, ErrClosed) {
+		t.Errorf("second Close = %v, want ErrClosed", err)
+	}
+	if _, err := p.Enqueue(ctx, "jobs", "t", nil, nil); !errors.Is(err, ErrClosed) {
+		t.Errorf("Enqueue after Close = %v, want ErrClosed", err)
+	}
+	if _, err := p.EnqueueAfter(ctx, "jobs", "t", nil, time.Second, nil); !errors.Is(err, ErrClosed) {
+		t.Errorf("EnqueueAfter after Close = %v, want ErrClosed", err)
+	}
+	if c := b.count(b.channel(), b.name("jobs")); c != confirmed {
+		t.Errorf("work queue holds %d jobs, %d were confirmed", c, confirmed)
+	}
+	t.Logf("%d of 50 enqueues were confirmed before Close", confirmed)
+}
+
+func TestIntegrationProducerFromConnection(t *testing.T) {
+	t.Parallel()
+	b := newTestBroker(t)
+	ac, err := amqp.Dial(b.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ac.Close() })
+	ctx := testCtx(t)
+	p, err := NewProducerFromConnection(ctx, ac, QueueSet{Prefix: b.prefix, Queues: []QueueConfig{{Name: "jobs"}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.EnqueueAfter(ctx, "jobs", "t", nil, time.Second, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if ac.IsClosed() {
+		t.Error("Close closed the caller's connection")
+	}
+	checkQueue(t, b, b.name("jobs"), true, map[string]any{"x-max-priority": 10.0})
+}
