@@ -1,0 +1,905 @@
+//go:build integration
+
+package queuey_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	rabbithole "github.com/michaelklishin/rabbit-hole/v2"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	queuey "github.com/queuey/terraform-provider-queuey/runtime"
+	"github.com/queuey/terraform-provider-queuey/runtime/topology"
+)
+
+// The worker's integration tests. Each runs under a prefix of its own and
+// deletes every queue under it (hold queues included) when it ends.
+
+func wkEnvOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+func wkAMQPURL() string { return wkEnvOr("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/") }
+
+type wkEnv struct {
+	t      *testing.T
+	prefix string
+	mgmt   *rabbithole.Client
+	conn   *amqp.Connection
+	log    *wkLog
+}
+
+func wkSetup(t *testing.T, tag string) *wkEnv {
+	t.Helper()
+	conn, err := amqp.Dial(wkAMQPURL())
+	if err != nil {
+		t.Fatalf("dial %s: %v (is RabbitMQ running?)", wkAMQPURL(), err)
+	}
+	mgmt, err := rabbithole.NewClient(wkEnvOr("QUEUEY_ENDPOINT", "http://127.0.0.1:15672"),
+		wkEnvOr("QUEUEY_USERNAME", "guest"), wkEnvOr("QUEUEY_PASSWORD", "guest"))
+	if err == nil {
+		_, err = mgmt.Overview()
+	}
+	if err != nil {
+		t.Fatalf("management API: %v (is RabbitMQ running with the management plugin?)", err)
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	e := &wkEnv{t: t, prefix: "wkit-" + tag + "-" + hex.EncodeToString(b[:]), mgmt: mgmt, conn: conn, log: &wkLog{}}
+	t.Cleanup(func() {
+		qs, err := mgmt.ListQueuesIn("/")
+		if err != nil {
+			t.Errorf("cleanup: list queues: %v", err)
+		}
+		for _, q := range qs {
+			if strings.HasPrefix(q.Name, e.prefix+".") {
+				if _, err := mgmt.DeleteQueue("/", q.Name); err != nil {
+					t.Errorf("cleanup: delete %s: %v", q.Name, err)
+				}
+			}
+		}
+		_ = conn.Close()
+	})
+	return e
+}
+
+func (e *wkEnv) set(queues ...queuey.QueueConfig) queuey.QueueSet {
+	return queuey.QueueSet{Prefix: e.prefix, Queues: queues}
+}
+
+func (e *wkEnv) logger() *slog.Logger { return slog.New(e.log) }
+
+// start builds and starts a pool that is stopped when the test ends.
+func (e *wkEnv) start(set queuey.QueueSet, ws *queuey.Workers, opts *queuey.WorkerOptions) *queuey.WorkerPool {
+	e.t.Helper()
+	if opts.Logger == nil {
+		opts.Logger = e.logger()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool, err := queuey.NewWorkerPool(ctx, wkAMQPURL(), set, ws, opts)
+	if err != nil {
+		e.t.Fatalf("NewWorkerPool: %v", err)
+	}
+	if err := pool.Start(); err != nil {
+		e.t.Fatalf("Start: %v", err)
+	}
+	e.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := pool.Stop(ctx); err != nil && !errors.Is(err, queuey.ErrClosed) {
+			e.t.Errorf("Stop: %v", err)
+		}
+	})
+	return pool
+}
+
+func (e *wkEnv) producer(set queuey.QueueSet) *queuey.Producer {
+	e.t.Helper()
+	p, err := queuey.NewProducer(context.Background(), wkAMQPURL(), set, &queuey.ProducerOptions{Logger: e.logger()})
+	if err != nil {
+		e.t.Fatalf("NewProducer: %v", err)
+	}
+	e.t.Cleanup(func() { _ = p.Close() })
+	return p
+}
+
+// ready is the number of ready messages in queue, read with a passive
+// declaration on a channel of its own (a missing queue closes it).
+func (e *wkEnv) ready(queue string) int {
+	e.t.Helper()
+	ch, err := e.conn.Channel()
+	if err != nil {
+		e.t.Fatalf("channel: %v", err)
+	}
+	defer ch.Close()
+	q, err := ch.QueueDeclarePassive(queue, false, false, false, false, nil)
+	if err != nil {
+		e.t.Fatalf("passive declare %s: %v", queue, err)
+	}
+	return q.Messages
+}
+
+// getAll takes every message currently in queue.
+func (e *wkEnv) getAll(queue string) []amqp.Delivery {
+	e.t.Helper()
+	ch, err := e.conn.Channel()
+	if err != nil {
+		e.t.Fatalf("channel: %v", err)
+	}
+	defer ch.Close()
+	var out []amqp.Delivery
+	for {
+		d, ok, err := ch.Get(queue, true)
+		if err != nil {
+			e.t.Fatalf("get %s: %v", queue, err)
+		}
+		if !ok {
+			return out
+		}
+		out = append(out, d)
+	}
+}
+
+// waitDead waits until queue holds n messages and takes them.
+func (e *wkEnv) waitDead(queue string, n int, within time.Duration) []amqp.Delivery {
+	e.t.Helper()
+	wkEventually(e.t, within, func() bool { return e.ready(queue) >= n }, "%s to hold %d dead letters (holds %d)", queue, n, e.ready(queue))
+	got := e.getAll(queue)
+	if len(got) != n {
+		e.t.Fatalf("%s holds %d messages, want %d", queue, len(got), n)
+	}
+	return got
+}
+
+func (e *wkEnv) publishRaw(queue string, body []byte) {
+	e.t.Helper()
+	ch, err := e.conn.Channel()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer ch.Close()
+	if err := ch.Confirm(false); err != nil {
+		e.t.Fatal(err)
+	}
+	dc, err := ch.PublishWithDeferredConfirm("", queue, true, false, amqp.Publishing{Body: body, ContentType: "text/plain", MessageId: "raw-1"})
+	if err != nil || !dc.Wait() {
+		e.t.Fatalf("publish raw: %v", err)
+	}
+}
+
+// watchHoldQueues polls the management API for hold queues of work until the
+// test ends, and returns a function reporting the names seen.
+func (e *wkEnv) watchHoldQueues(work string) func() []string {
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			qs, err := e.mgmt.ListQueuesIn("/")
+			if err == nil {
+				mu.Lock()
+				for _, q := range qs {
+					if w, _, ok := topology.ParseHoldName(q.Name); ok && w == work {
+						seen[q.Name] = true
+					}
+				}
+				mu.Unlock()
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(40 * time.Millisecond):
+			}
+		}
+	}()
+	e.t.Cleanup(func() { cancel(); <-done })
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		var names []string
+		for n := range seen {
+			names = append(names, n)
+		}
+		slices.Sort(names)
+		return names
+	}
+}
+
+// connectionsOf lists the names of the pool's connections, waiting for the
+// management API to list them.
+func (e *wkEnv) connectionsOf(want int) []string {
+	e.t.Helper()
+	var names []string
+	wkEventually(e.t, 20*time.Second, func() bool {
+		names = nil
+		conns, err := e.mgmt.ListConnections()
+		if err != nil {
+			return false
+		}
+		for _, c := range conns {
+			if n, _ := c.ClientProperties["connection_name"].(string); strings.HasPrefix(n, "queuey worker "+e.prefix) {
+				names = append(names, c.Name)
+			}
+		}
+		return len(names) >= want
+	}, "the management API to list %d connections of the pool", want)
+	return names
+}
+
+func wkEventually(t *testing.T, within time.Duration, cond func() bool, format string, args ...any) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for "+format, append([]any{within}, args...)...)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// wkLog is a slog.Handler that keeps every record, for asserting on the
+// pool's logs.
+type wkLog struct {
+	mu   sync.Mutex
+	recs []wkRec
+}
+
+type wkRec struct {
+	level slog.Level
+	msg   string
+	attrs map[string]any
+}
+
+func (l *wkLog) Enabled(context.Context, slog.Level) bool { return true }
+func (l *wkLog) Handle(_ context.Context, r slog.Record) error {
+	rec := wkRec{level: r.Level, msg: r.Message, attrs: map[string]any{}}
+	r.Attrs(func(a slog.Attr) bool { rec.attrs[a.Key] = a.Value.Any(); return true })
+	l.mu.Lock()
+	l.recs = append(l.recs, rec)
+	l.mu.Unlock()
+	return nil
+}
+func (l *wkLog) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *wkLog) WithGroup(string) slog.Handler      { return l }
+
+func (l *wkLog) find(substr string) []wkRec {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []wkRec
+	for _, r := range l.recs {
+		if strings.Contains(r.msg, substr) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// Job kinds.
+
+type wkArgs struct {
+	ID   int    `json:"id"`
+	Note string `json:"note"`
+}
+
+type wkFlaky struct{ wkArgs }
+
+func (wkFlaky) Kind() string  { return "wk.flaky" }
+func (wkFlaky) Queue() string { return "jobs" }
+
+type wkAlways struct{ wkArgs }
+
+func (wkAlways) Kind() string  { return "wk.always-fails" }
+func (wkAlways) Queue() string { return "jobs" }
+
+type wkFatal struct{ wkArgs }
+
+func (wkFatal) Kind() string  { return "wk.fatal" }
+func (wkFatal) Queue() string { return "jobs" }
+
+type wkOK struct{ wkArgs }
+
+func (wkOK) Kind() string  { return "wk.ok" }
+func (wkOK) Queue() string { return "jobs" }
+
+type wkDeferrer struct{ wkArgs }
+
+func (wkDeferrer) Kind() string  { return "wk.deferrer" }
+func (wkDeferrer) Queue() string { return "jobs" }
+
+type wkPanicky struct{ wkArgs }
+
+func (wkPanicky) Kind() string  { return "wk.panicky" }
+func (wkPanicky) Queue() string { return "jobs" }
+
+type wkSlowpoke struct{ wkArgs }
+
+func (wkSlowpoke) Kind() string  { return "wk.slowpoke" }
+func (wkSlowpoke) Queue() string { return "jobs" }
+
+// runs records handler runs.
+type runs struct {
+	mu   sync.Mutex
+	jobs []queuey.JobContext
+	at   []time.Time
+}
+
+func (r *runs) add(jc queuey.JobContext) {
+	r.mu.Lock()
+	r.jobs = append(r.jobs, jc)
+	r.at = append(r.at, time.Now())
+	r.mu.Unlock()
+}
+
+func (r *runs) len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.jobs)
+}
+
+func (r *runs) snapshot() ([]queuey.JobContext, []time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.jobs), slices.Clone(r.at)
+}
+
+func TestIntegrationWorkerRetriesThroughHoldQueues(t *testing.T) {
+	t.Parallel()
+	e := wkSetup(t, "retry")
+	set := e.set(queuey.QueueConfig{Name: "jobs"})
+	work := set.WorkQueue("jobs")
+	held := e.watchHoldQueues(work)
+
+	var r runs
+	ws := queuey.NewWorkers()
+	queuey.AddWorker(ws, queuey.WorkFunc[wkFlaky](func(_ context.Context, j *queuey.Job[wkFlaky]) error {
+		r.add(j.JobContext)
+		if j.Attempt < 3 {
+			return fmt.Errorf("transient failure on attempt %d", j.Attempt)
+		}
+		return nil
+	}))
+	const step = 300 * time.Millisecond
+	e.start(set, ws, &queuey.WorkerOptions{
+		Retry:            &queuey.RetryPolicy{Strategy: queuey.RetryExponential, MaxAttempts: 5, Base: step, Factor: 2},
+		RetryGranularity: step,
+	})
+	id, err := queuey.EnqueueJob(context.Background(), e.producer(set), wkFlaky{wkArgs{ID: 1}}, &queuey.EnqueueOptions{CorrelationID: "req-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	wkEventually(t, 15*time.Second, func() bool { return r.len() >= 3 }, "three runs")
+	time.Sleep(1500 * time.Millisecond) // nothing more may come
+	jobs, at := r.snapshot()
+	if len(jobs) != 3 {
+		t.Fatalf("handled %d times, want exactly 3", len(jobs))
+	}
+	for i, jc := range jobs {
+		if jc.Attempt != i+1 || jc.ID != id || jc.MaxAttempts != 5 || jc.CorrelationID != "req-1" || jc.Queue != work || jc.Type != "wk.flaky" {
+			t.Errorf("run %d: %+v", i+1, jc)
+		}
+		if jc.Priority != 0 || jc.Deferrals != 0 {
+			t.Errorf("run %d: a retry comes back at priority 0, not deferred: %+v", i+1, jc)
+		}
+	}
+
+	// The pool logged the hold TTL of each retry: it must be a whole number
+	// of steps within the exponential bound of the failed attempt, the
+	// broker must have had a hold queue of that name, and the job must have
+	// waited at least that long.
+	retries := e.log.find("job failed; retrying")
+	if len(retries) != 2 {
+		t.Fatalf("%d retry log records, want 2", len(retries))
+	}
+	bounds := []time.Duration{step, 2 * step} // Base*2^(attempt-1)
+	var want []string
+	for i, rec := range retries {
+		ttl := rec.attrs["delay"].(time.Duration)
+		if ttl <= 0 || ttl%step != 0 || ttl > bounds[i] {
+			t.Errorf("retry %d: hold TTL %s, want a multiple of %s in (0, %s]", i+1, ttl, step, bounds[i])
+		}
+		if rec.level != slog.LevelWarn {
+			t.Errorf("retry logged at %s, want WARN", rec.level)
+		}
+		if gap := at[i+1].Sub(at[i]); gap < ttl {
+			t.Errorf("retry %d came back after %s, before its hold TTL %s", i+1, gap, ttl)
+		}
+		want = append(want, topology.HoldName(work, ttl.Milliseconds()))
+	}
+	seen := held()
+	for _, name := range want {
+		if !slices.Contains(seen, name) {
+			t.Errorf("hold queue %s was never seen on the broker (seen: %v)", name, seen)
+		}
+	}
+	if len(e.log.find("job done")) != 1 {
+		t.Errorf("want one success record")
+	}
+	if n := e.ready(work); n != 0 {
+		t.Errorf("%d messages left in the work queue", n)
+	}
+}
+
+func TestIntegrationWorkerDeadLettersExhaustedAndFatal(t *testing.T) {
+	t.Parallel()
+	e := wkSetup(t, "dead")
+	set := e.set(queuey.QueueConfig{Name: "jobs"})
+	work, dead := set.WorkQueue("jobs"), set.DeadQueue("jobs")
+
+	var always, fatal runs
+	var hooked []queuey.DeadLetter
+	var hookMu sync.Mutex
+	ws := queuey.NewWorkers()
+	queuey.AddWorker(ws, queuey.WorkFunc[wkAlways](func(_ context.Context, j *queuey.Job[wkAlways]) error {
+		always.add(j.JobContext)
+		return errors.New("still broken")
+	}))
+	queuey.AddWorker(ws, queuey.WorkFunc[wkFatal](func(_ context.Context, j *queuey.Job[wkFatal]) error {
+		fatal.add(j.JobContext)
+		return queuey.JobFatal(errors.New("card declined"))
+	}))
+	e.start(set, ws, &queuey.WorkerOptions{
+		Retry:            &queuey.RetryPolicy{MaxAttempts: 3, Base: 100 * time.Millisecond},
+		RetryGranularity: 100 * time.Millisecond,
+		OnDeadLetter: func(_ context.Context, dl queuey.DeadLetter) {
+			hookMu.Lock()
+			hooked = append(hooked, dl)
+			hookMu.Unlock()
+			panic("a broken hook must not stop the dead letter")
+		},
+	})
+	p := e.producer(set)
+	alwaysArgs := wkAlways{wkArgs{ID: 7, Note: "payload ✓ \"quoted\""}}
+	alwaysID, err := queuey.EnqueueJob(context.Background(), p, alwaysArgs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fatalArgs := wkFatal{wkArgs{ID: 8, Note: "fatal"}}
+	fatalID, err := queuey.EnqueueJob(context.Background(), p, fatalArgs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	got := e.waitDead(dead, 2, 15*time.Second)
+	byID := map[string]amqp.Delivery{}
+	for _, d := range got {
+		byID[d.MessageId] = d
+	}
+	check := func(id string, args any, attempts int, reasonPrefix string) {
+		t.Helper()
+		d, ok := byID[id]
+		if !ok {
+			t.Fatalf("job %s is not in %s", id, dead)
+		}
+		if r, _ := d.Headers[topology.HeaderDeathReason].(string); !strings.HasPrefix(r, reasonPrefix) {
+			t.Errorf("%s = %q, want prefix %q", topology.HeaderDeathReason, r, reasonPrefix)
+		}
+		if q := d.Headers[topology.HeaderOriginalQueue]; q != work {
+			t.Errorf("%s = %v, want %s", topology.HeaderOriginalQueue, q, work)
+		}
+		if n := d.Headers[topology.HeaderAttempts]; fmt.Sprint(n) != strconv.Itoa(attempts) {
+			t.Errorf("%s = %v, want %d", topology.HeaderAttempts, n, attempts)
+		}
+		for k := range d.Headers {
+			if k == "x-death" || strings.HasPrefix(k, "x-first-death") || strings.HasPrefix(k, "x-last-death") {
+				t.Errorf("the dead letter carries the broker's %s header", k)
+			}
+		}
+		var env queuey.Envelope
+		if err := json.Unmarshal(d.Body, &env); err != nil {
+			t.Fatalf("dead letter body: %v", err)
+		}
+		wantPayload, _ := json.Marshal(args)
+		if string(env.Payload) != string(wantPayload) || env.JobID != id || env.Attempt != attempts {
+			t.Errorf("dead letter envelope %+v, want payload %s at attempt %d", env, wantPayload, attempts)
+		}
+		if d.DeliveryMode != amqp.Persistent || d.ContentType != "application/json" {
+			t.Errorf("properties: mode %d, content type %q", d.DeliveryMode, d.ContentType)
+		}
+	}
+	check(alwaysID, alwaysArgs, 3, "attempts exhausted (3 of 3): still broken")
+	check(fatalID, fatalArgs, 1, "fatal: card declined")
+	if always.len() != 3 || fatal.len() != 1 {
+		t.Errorf("runs: always-fails %d (want 3), fatal %d (want 1)", always.len(), fatal.len())
+	}
+	hookMu.Lock()
+	if len(hooked) != 2 {
+		t.Errorf("hook ran %d times, want 2", len(hooked))
+	}
+	hookMu.Unlock()
+	if len(e.log.find("dead-letter hook panicked")) != 2 {
+		t.Errorf("the hook's panics were not logged")
+	}
+	for _, rec := range e.log.find("job dead-lettered") {
+		if rec.level != slog.LevelError {
+			t.Errorf("dead letter logged at %s", rec.level)
+		}
+	}
+	if n := e.ready(work); n != 0 {
+		t.Errorf("%d messages left in the work queue", n)
+	}
+}
+
+func TestIntegrationWorkerDeferComesBackAheadOfBacklog(t *testing.T) {
+	t.Parallel()
+	e := wkSetup(t, "defer")
+	set := e.set(queuey.QueueConfig{Name: "jobs", Prefetch: 1})
+	var deferrer runs
+	var mu sync.Mutex
+	slowDone := 0
+	slowDoneAtReturn := -1
+	ws := queuey.NewWorkers()
+	queuey.AddWorker(ws, queuey.WorkFunc[wkDeferrer](func(_ context.Context, j *queuey.Job[wkDeferrer]) error {
+		deferrer.add(j.JobContext)
+		if j.Deferrals == 0 {
+			return queuey.JobDefer(2*time.Second, "Retry-After: 2")
+		}
+		mu.Lock()
+		slowDoneAtReturn = slowDone
+		mu.Unlock()
+		return nil
+	}))
+	queuey.AddWorker(ws, queuey.WorkFunc[wkOK](func(context.Context, *queuey.Job[wkOK]) error {
+		time.Sleep(100 * time.Millisecond)
+		mu.Lock()
+		slowDone++
+		mu.Unlock()
+		return nil
+	}))
+	p := e.producer(set)
+	ctx := context.Background()
+	// The job that defers goes in first, then a backlog of about 4 s.
+	if _, err := queuey.EnqueueJob(ctx, p, wkDeferrer{wkArgs{ID: 1}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	const backlog = 40
+	for i := range backlog {
+		if _, err := queuey.EnqueueJob(ctx, p, wkOK{wkArgs{ID: i}}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.start(set, ws, &queuey.WorkerOptions{Concurrency: 1})
+
+	wkEventually(t, 20*time.Second, func() bool { return deferrer.len() >= 2 }, "the deferred job to come back")
+	jobs, at := deferrer.snapshot()
+	first, second := jobs[0], jobs[1]
+	if gap := at[1].Sub(at[0]); gap < 2*time.Second {
+		t.Errorf("the deferred job came back after %s, want at least 2s", gap)
+	}
+	if first.Attempt != 1 || second.Attempt != 1 {
+		t.Errorf("attempts %d then %d: a deferral is not an attempt", first.Attempt, second.Attempt)
+	}
+	if first.Deferrals != 0 || second.Deferrals != 1 {
+		t.Errorf("deferrals %d then %d, want 0 then 1", first.Deferrals, second.Deferrals)
+	}
+	if first.Priority != 0 || second.Priority != topology.DefaultMaxPriority {
+		t.Errorf("priority %d then %d, want 0 then the queue's max %d", first.Priority, second.Priority, topology.DefaultMaxPriority)
+	}
+	if first.ID != second.ID {
+		t.Errorf("job id changed across the deferral")
+	}
+	mu.Lock()
+	ahead := slowDoneAtReturn
+	mu.Unlock()
+	if ahead >= backlog {
+		t.Errorf("the deferred job ran after the whole backlog (%d of %d done), want ahead of it", ahead, backlog)
+	}
+	t.Logf("deferred job came back after %s with %d of %d backlog jobs done", at[1].Sub(at[0]), ahead, backlog)
+	wkEventually(t, 20*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return slowDone == backlog }, "the backlog to drain")
+	if recs := e.log.find("job deferred"); len(recs) != 1 || recs[0].level != slog.LevelInfo || recs[0].attrs["reason"] != "Retry-After: 2" {
+		t.Errorf("deferral log: %+v", recs)
+	}
+}
+
+func TestIntegrationWorkerRetriesPanicsAndTimeouts(t *testing.T) {
+	t.Parallel()
+	e := wkSetup(t, "panic")
+	set := e.set(queuey.QueueConfig{Name: "jobs"})
+	var panicky, slow runs
+	ws := queuey.NewWorkers()
+	queuey.AddWorker(ws, queuey.WorkFunc[wkPanicky](func(_ context.Context, j *queuey.Job[wkPanicky]) error {
+		panicky.add(j.JobContext)
+		if j.Attempt == 1 {
+			var m map[string]int
+			m["nil map"]++ // a real runtime panic
+		}
+		return nil
+	}))
+	queuey.AddWorker(ws, queuey.WorkFunc[wkSlowpoke](func(ctx context.Context, j *queuey.Job[wkSlowpoke]) error {
+		slow.add(j.JobContext)
+		if j.Attempt == 1 {
+			time.Sleep(2 * time.Second) // ignores ctx: the pool must not wait for it
+		}
+		return nil
+	}))
+	e.start(set, ws, &queuey.WorkerOptions{
+		JobTimeout:       300 * time.Millisecond,
+		Retry:            &queuey.RetryPolicy{MaxAttempts: 3, Base: 100 * time.Millisecond},
+		RetryGranularity: 100 * time.Millisecond,
+	})
+	p := e.producer(set)
+	if _, err := queuey.EnqueueJob(context.Background(), p, wkPanicky{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := queuey.EnqueueJob(context.Background(), p, wkSlowpoke{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	wkEventually(t, 10*time.Second, func() bool { return panicky.len() >= 2 && slow.len() >= 2 }, "both jobs to run twice")
+	if el := time.Since(start); el > 1800*time.Millisecond {
+		t.Errorf("the timed-out job was retried after %s: the pool waited for a handler past its timeout", el)
+	}
+	time.Sleep(500 * time.Millisecond)
+	for name, r := range map[string]*runs{"panic": &panicky, "timeout": &slow} {
+		jobs, _ := r.snapshot()
+		if len(jobs) != 2 || jobs[0].Attempt != 1 || jobs[1].Attempt != 2 {
+			t.Errorf("%s: runs %+v, want attempts 1 and 2", name, jobs)
+		}
+	}
+	var sawPanic, sawTimeout bool
+	for _, rec := range e.log.find("job failed; retrying") {
+		msg := fmt.Sprint(rec.attrs["error"])
+		sawPanic = sawPanic || strings.Contains(msg, "job panicked")
+		sawTimeout = sawTimeout || strings.Contains(msg, "job timed out")
+	}
+	if !sawPanic || !sawTimeout {
+		t.Errorf("retry records: panic %v, timeout %v", sawPanic, sawTimeout)
+	}
+	if n := e.ready(set.DeadQueue("jobs")); n != 0 {
+		t.Errorf("%d dead letters, want none", n)
+	}
+}
+
+func TestIntegrationWorkerMalformedAndUnknownDoNotStall(t *testing.T) {
+	t.Parallel()
+	e := wkSetup(t, "malformed")
+	set := e.set(queuey.QueueConfig{Name: "jobs", Prefetch: 1})
+	work, dead := set.WorkQueue("jobs"), set.DeadQueue("jobs")
+	var ok runs
+	ws := queuey.NewWorkers()
+	queuey.AddWorker(ws, queuey.WorkFunc[wkOK](func(_ context.Context, j *queuey.Job[wkOK]) error {
+		ok.add(j.JobContext)
+		return nil
+	}))
+	p := e.producer(set)
+	garbage := []byte("this is not an envelope {")
+	e.publishRaw(work, garbage)
+	unknownID, err := p.Enqueue(context.Background(), "jobs", "wk.nobody-handles-this", map[string]int{"x": 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if _, err := queuey.EnqueueJob(context.Background(), p, wkOK{wkArgs{ID: i}}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Prefetch 1 and the bad messages first: the good jobs run only if the
+	// bad ones are settled.
+	e.start(set, ws, &queuey.WorkerOptions{Concurrency: 1})
+	wkEventually(t, 10*time.Second, func() bool { return ok.len() == 5 }, "the good jobs behind the bad ones")
+
+	got := e.waitDead(dead, 2, 5*time.Second)
+	var sawMalformed, sawUnknown bool
+	for _, d := range got {
+		switch d.Headers[topology.HeaderDeathReason] {
+		case queuey.ReasonMalformedEnvelope:
+			sawMalformed = true
+			if string(d.Body) != string(garbage) || d.MessageId != "raw-1" || d.ContentType != "text/plain" {
+				t.Errorf("malformed body not copied verbatim: %q %+v", d.Body, d)
+			}
+		case queuey.ReasonUnknownJobType:
+			sawUnknown = true
+			if d.MessageId != unknownID || d.Type != "wk.nobody-handles-this" || d.Headers[topology.HeaderOriginalQueue] != work {
+				t.Errorf("unknown job type dead letter: %+v", d)
+			}
+		default:
+			t.Errorf("unexpected dead letter %v", d.Headers)
+		}
+	}
+	if !sawMalformed || !sawUnknown {
+		t.Errorf("malformed %v, unknown %v", sawMalformed, sawUnknown)
+	}
+	if n := e.ready(work); n != 0 {
+		t.Errorf("%d messages left in the work queue", n)
+	}
+}
+
+func TestIntegrationWorkerShutdownSettlesEveryPulledJob(t *testing.T) {
+	t.Parallel()
+	e := wkSetup(t, "shutdown")
+	set := e.set(queuey.QueueConfig{Name: "jobs", Prefetch: 10})
+	work := set.WorkQueue("jobs")
+	const total = 200
+	var mu sync.Mutex
+	handled := map[int]int{}
+	running := 0
+	ws := queuey.NewWorkers()
+	queuey.AddWorker(ws, queuey.WorkFunc[wkOK](func(_ context.Context, j *queuey.Job[wkOK]) error {
+		mu.Lock()
+		running++
+		mu.Unlock()
+		time.Sleep(50 * time.Millisecond)
+		mu.Lock()
+		handled[j.Args.ID]++
+		running--
+		mu.Unlock()
+		return nil
+	}))
+	p := e.producer(set)
+	batch := make([]queuey.BatchJob, total)
+	for i := range batch {
+		batch[i] = queuey.BatchJob{Queue: "jobs", JobType: wkOK{}.Kind(), Payload: wkOK{wkArgs{ID: i}}}
+	}
+	if _, err := p.EnqueueBatch(context.Background(), batch); err != nil {
+		t.Fatal(err)
+	}
+	pool := e.start(set, ws, &queuey.WorkerOptions{})
+	wkEventually(t, 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(handled) >= 30 }, "30 jobs handled")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	mu.Lock()
+	atStop := len(handled)
+	mu.Unlock()
+	if err := pool.Stop(ctx); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	mu.Lock()
+	stillRunning, done := running, len(handled)
+	dups := 0
+	for _, n := range handled {
+		if n > 1 {
+			dups++
+		}
+	}
+	mu.Unlock()
+	if stillRunning != 0 {
+		t.Errorf("%d handlers still running after Stop returned", stillRunning)
+	}
+	if dups != 0 {
+		t.Errorf("%d jobs handled twice", dups)
+	}
+	// Every job is either handled (and so acked) or back in the queue: a
+	// handled job left unacked would be in both, a pulled job dropped in
+	// neither.
+	var left int
+	wkEventually(t, 5*time.Second, func() bool { left = e.ready(work); return done+left == total },
+		"handled + left == %d (handled %d, left %d)", total, done, e.ready(work))
+	t.Logf("handled %d (%d when Stop was called), %d left in the queue", done, atStop, left)
+	if done == total {
+		t.Errorf("every job was handled before Stop: the test proves nothing")
+	}
+	time.Sleep(300 * time.Millisecond)
+	mu.Lock()
+	if len(handled) != done {
+		t.Errorf("jobs were handled after Stop returned")
+	}
+	mu.Unlock()
+}
+
+func TestIntegrationWorkerReconnectsAfterConnectionKilled(t *testing.T) {
+	t.Parallel()
+	e := wkSetup(t, "reconnect")
+	set := e.set(queuey.QueueConfig{Name: "jobs", Prefetch: 10})
+	work := set.WorkQueue("jobs")
+	const total = 1000
+	var mu sync.Mutex
+	succeeded := map[int]bool{}
+	runsTotal := 0
+	ws := queuey.NewWorkers()
+	queuey.AddWorker(ws, queuey.WorkFunc[wkOK](func(_ context.Context, j *queuey.Job[wkOK]) error {
+		time.Sleep(20 * time.Millisecond)
+		mu.Lock()
+		defer mu.Unlock()
+		runsTotal++
+		// One job in ten fails once, so that retries (the pool's
+		// publisher connection) are in flight too.
+		if j.Args.ID%10 == 0 && j.Attempt == 1 {
+			return errors.New("first attempt fails")
+		}
+		succeeded[j.Args.ID] = true
+		return nil
+	}))
+	e.start(set, ws, &queuey.WorkerOptions{
+		Retry:            &queuey.RetryPolicy{MaxAttempts: 5, Base: 100 * time.Millisecond},
+		RetryGranularity: 100 * time.Millisecond,
+	})
+	names := e.connectionsOf(2) // the consumer's and the publisher's
+	p := e.producer(set)
+	batch := make([]queuey.BatchJob, total)
+	for i := range batch {
+		batch[i] = queuey.BatchJob{Queue: "jobs", JobType: wkOK{}.Kind(), Payload: wkOK{wkArgs{ID: i}}}
+	}
+	if _, err := p.EnqueueBatch(context.Background(), batch); err != nil {
+		t.Fatal(err)
+	}
+	count := func() int { mu.Lock(); defer mu.Unlock(); return len(succeeded) }
+	wkEventually(t, 20*time.Second, func() bool { return count() >= 150 }, "150 jobs handled")
+	for _, name := range names {
+		if _, err := e.mgmt.CloseConnection(name); err != nil {
+			t.Fatalf("close connection %s: %v", name, err)
+		}
+	}
+	killedAt := count()
+	t.Logf("killed %d connections with %d of %d jobs done", len(names), killedAt, total)
+	if killedAt == total {
+		t.Fatal("every job was done before the connections were killed: the test proves nothing")
+	}
+	wkEventually(t, 60*time.Second, func() bool { return count() == total }, "every job handled after the reconnect (%d of %d)", count(), total)
+	if len(e.log.find("connection re-established")) == 0 {
+		t.Errorf("no reconnect was logged")
+	}
+	wkEventually(t, 10*time.Second, func() bool { return e.ready(work) == 0 }, "the work queue to be empty")
+	if n := e.ready(set.DeadQueue("jobs")); n != 0 {
+		t.Errorf("%d dead letters", n)
+	}
+	mu.Lock()
+	t.Logf("%d runs for %d jobs (100 planned retries; the rest are redeliveries)", runsTotal, total)
+	mu.Unlock()
+}
+
+func TestIntegrationWorkerResumesAfterQueueRecreated(t *testing.T) {
+	t.Parallel()
+	e := wkSetup(t, "recreate")
+	qc := queuey.QueueConfig{Name: "jobs"}
+	set := e.set(qc)
+	work := set.WorkQueue("jobs")
+	var ok runs
+	ws := queuey.NewWorkers()
+	queuey.AddWorker(ws, queuey.WorkFunc[wkOK](func(_ context.Context, j *queuey.Job[wkOK]) error {
+		ok.add(j.JobContext)
+		return nil
+	}))
+	e.start(set, ws, &queuey.WorkerOptions{})
+	p := e.producer(set)
+	ctx := context.Background()
+	for i := range 3 {
+		if _, err := queuey.EnqueueJob(ctx, p, wkOK{wkArgs{ID: i}}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wkEventually(t, 10*time.Second, func() bool { return ok.len() == 3 }, "the first jobs")
+
+	if _, err := e.mgmt.DeleteQueue("/", work); err != nil {
+		t.Fatalf("delete %s: %v", work, err)
+	}
+	wkEventually(t, 10*time.Second, func() bool { return len(e.log.find("broker cancelled the consumer")) > 0 }, "the pool to notice the cancellation")
+	time.Sleep(1500 * time.Millisecond) // the pool polls a queue that is not there
+
+	ch, err := e.conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tq := topology.Queue{Name: "jobs", MaxPriority: topology.DefaultMaxPriority, Durable: true}
+	if _, err := ch.QueueDeclare(work, true, false, false, false, amqp.Table(topology.WorkArgs(tq))); err != nil {
+		t.Fatalf("recreate %s: %v", work, err)
+	}
+	_ = ch.Close()
+	for i := range 3 {
+		if _, err := queuey.EnqueueJob(ctx, p, wkOK{wkArgs{ID: 10 + i}}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wkEventually(t, 15*time.Second, func() bool { return ok.len() == 6 }, "the jobs sent after the queue came back (%d of 6)", ok.len())
+	if len(e.log.find("subscribed to the work queue again")) == 0 {
+		t.Errorf("the resubscription was not logged")
+	}
+}
