@@ -11,6 +11,11 @@ import (
 	"github.com/queuey/terraform-provider-queuey/provider"
 )
 
+// Regenerate docs/ from templates/, examples/ and the schema's descriptions.
+// It builds the provider and asks the terraform binary on PATH for the
+// schema; nothing is downloaded.
+//go:generate go tool tfplugindocs generate --provider-name queuey --rendered-provider-name queuey
+
 // version is set by the release build through -ldflags.
 var version = "dev"
 
