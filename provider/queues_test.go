@@ -318,3 +318,45 @@ func toValues(t *testing.T, queues map[string]queueModel) map[string]attr.Value 
 	}
 	return m.Elements()
 }
+
+func TestSettingPrecedence(t *testing.T) {
+	t.Setenv("QUEUEY_ENDPOINT", "")
+	t.Setenv("RABBITMQ_ENDPOINT", "http://rabbit:15672")
+	if got := setting(types.StringNull(), "endpoint", defaultEndpoint); got != "http://rabbit:15672" {
+		t.Errorf("RABBITMQ_ENDPOINT ignored: %q", got)
+	}
+	t.Setenv("QUEUEY_ENDPOINT", "http://queuey:15672")
+	if got := setting(types.StringNull(), "endpoint", defaultEndpoint); got != "http://queuey:15672" {
+		t.Errorf("QUEUEY_ENDPOINT does not win over RABBITMQ_ENDPOINT: %q", got)
+	}
+	if got := setting(types.StringValue("http://config:15672"), "endpoint", defaultEndpoint); got != "http://config:15672" {
+		t.Errorf("the configuration does not win: %q", got)
+	}
+	t.Setenv("QUEUEY_ENDPOINT", "")
+	t.Setenv("RABBITMQ_ENDPOINT", "")
+	if got := setting(types.StringNull(), "endpoint", defaultEndpoint); got != defaultEndpoint {
+		t.Errorf("default = %q", got)
+	}
+}
+
+func TestBuildTLS(t *testing.T) {
+	t.Parallel()
+	if _, err := buildTLS("", "cert.pem", "", false); err == nil {
+		t.Error("a client certificate without a key was accepted")
+	}
+	if _, err := buildTLS("/nonexistent/ca.pem", "", "", false); err == nil {
+		t.Error("a missing ca_file was accepted")
+	}
+	cfg, err := buildTLS("", "", "", true)
+	if err != nil || !cfg.InsecureSkipVerify {
+		t.Errorf("insecure: %+v, %v", cfg, err)
+	}
+}
+
+func TestNewRabbitClientTrimsTrailingSlash(t *testing.T) {
+	t.Parallel()
+	c, err := newRabbitClient("http://127.0.0.1:15672/", "u", "p", nil)
+	if err != nil || c.Endpoint != "http://127.0.0.1:15672" {
+		t.Errorf("endpoint = %q, %v", c.Endpoint, err)
+	}
+}
