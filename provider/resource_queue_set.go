@@ -148,194 +148,6 @@ func queueSetSchema() schema.Schema {
 	}
 }
 
-func (r *queueSetResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
-	if req.ProviderData == nil {
-		return
-	}
-	data, ok := req.ProviderData.(*providerData)
-	if !ok {
-		resp.Diagnostics.AddError("Unexpected Provider Data",
-			fmt.Sprintf("The queue set resource was given provider data of type %T. This is a bug in the provider; please report it.", req.ProviderData))
-		return
-	}
-	r.data = data
-}
-
-// ValidateConfig runs the topology package's checks at plan time, the same
-// the runtime runs at start-up, and points each error at its attribute.
-func (r *queueSetResource) ValidateConfig(ctx context.Context, req resource.ValidateConfigRequest, resp *resource.ValidateConfigResponse) {
-	var cfg queueSetModel
-	resp.Diagnostics.Append(req.Config.Get(ctx, &cfg)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	resp.Diagnostics.Append(validateSet(ctx, cfg)...)
-}
-
-// validateSet checks what is known of a configuration. Unknown values (from
-// resources not yet created) are checked at apply, when they are known.
-func validateSet(ctx context.Context, cfg queueSetModel) diag.Diagnostics {
-	var diags diag.Diagnostics
-	if cfg.Queues.IsUnknown() || cfg.Queues.IsNull() {
-		if !cfg.Prefix.IsUnknown() && !cfg.Prefix.IsNull() {
-			if err := topology.ValidatePrefix(cfg.Prefix.ValueString()); err != nil {
-				diags.AddAttributeError(path.Root("prefix"), "Invalid Queue Set Prefix", err.Error())
-			}
-		}
-		return diags
-	}
-	queues := map[string]queueModel{}
-	diags.Append(cfg.Queues.ElementsAs(ctx, &queues, false)...)
-	if diags.HasError() {
-		return diags
-	}
-
-	set := topology.Set{Prefix: cfg.Prefix.ValueString()}
-	complete := !cfg.Prefix.IsUnknown()
-	for _, name := range sortedKeys(queues) {
-		q := queues[name]
-		if q.MessageTTL.IsUnknown() || q.MaxPriority.IsUnknown() || q.Durable.IsUnknown() {
-			complete = false
-			continue
-		}
-		tq, err := toTopology(name, q)
-		if err != nil {
-			diags.AddAttributeError(path.Root("queues").AtMapKey(name).AtName("message_ttl"), "Invalid Message TTL", err.Error())
-			complete = false
-			continue
-		}
-		if q.MaxPriority.ValueInt64() < 0 || q.MaxPriority.ValueInt64() > topology.MaxPriorityLimit {
-			// toTopology clamped it; report the value as written.
-			err := topology.ValidateQueue(topology.Queue{Name: name, MaxPriority: tq.MaxPriority})
-			diags.AddAttributeError(path.Root("queues").AtMapKey(name).AtName("max_priority"), "Invalid Max Priority",
-				strings.Replace(err.Error(), fmt.Sprint(tq.MaxPriority), fmt.Sprint(q.MaxPriority.ValueInt64()), 1))
-			tq.MaxPriority = 0
-		}
-		set.Queues = append(set.Queues, tq)
-	}
-	if !complete {
-		// Check what is known on its own; the full check runs once it all is.
-		if !cfg.Prefix.IsUnknown() {
-			if err := topology.ValidatePrefix(set.Prefix); err != nil {
-				diags.AddAttributeError(path.Root("prefix"), "Invalid Queue Set Prefix", err.Error())
-			}
-		}
-		for _, q := range set.Queues {
-			if err := topology.ValidateQueue(q); err != nil {
-				diags.Append(topologyDiagnostic(set.Prefix, err))
-			}
-		}
-		return diags
-	}
-	if err := topology.Validate(set); err != nil {
-		var joined interface{ Unwrap() []error }
-		errs := []error{err}
-		if errors.As(err, &joined) {
-			errs = joined.Unwrap()
-		}
-		for _, e := range errs {
-			diags.Append(topologyDiagnostic(set.Prefix, e))
-		}
-	}
-	return diags
-}
-
-// topologyDiagnostic points one error of the topology checks at the
-// attribute it is about.
-func topologyDiagnostic(prefix string, err error) diag.Diagnostic {
-	var nameErr *topology.NameError
-	var argErr *topology.ArgumentError
-	switch {
-	case errors.As(err, &argErr):
-		attr, summary := "max_priority", "Invalid Max Priority"
-		if strings.Contains(argErr.Argument, "TTL") {
-			attr, summary = "message_ttl", "Invalid Message TTL"
-		}
-		return diag.NewAttributeErrorDiagnostic(path.Root("queues").AtMapKey(argErr.Queue).AtName(attr), summary, err.Error())
-	case errors.As(err, &nameErr) && strings.HasPrefix(err.Error(), "prefix:"):
-		// Errors of the set as a whole read "prefix: ..." too; only the
-		// prefix's own check makes one about the prefix.
-		if perr := topology.ValidatePrefix(prefix); perr != nil && perr.Error() == err.Error() {
-			return diag.NewAttributeErrorDiagnostic(path.Root("prefix"), "Invalid Queue Set Prefix", err.Error())
-		}
-		if strings.Contains(err.Error(), "no queues") {
-			return diag.NewAttributeErrorDiagnostic(path.Root("queues"), "Queue Set Has No Queues", err.Error())
-		}
-		return diag.NewAttributeErrorDiagnostic(path.Root("queues"), "Invalid Queue Set", err.Error())
-	case errors.As(err, &nameErr):
-		return diag.NewAttributeErrorDiagnostic(path.Root("queues").AtMapKey(nameErr.Queue), "Invalid Queue Name", err.Error())
-	}
-	return diag.NewAttributeErrorDiagnostic(path.Root("queues"), "Invalid Queue Set", err.Error())
-}
-
-// ModifyPlan fills in every queue's names and arguments, which follow from
-// the configuration alone, so the plan shows them instead of "known after
-// apply"; and it warns about every queue the apply will replace because its
-// arguments change, with its message count, since that is what an operator
-// must see before approving.
-func (r *queueSetResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
-	if req.Plan.Raw.IsNull() {
-		return // destroy: Delete checks for messages and says so
-	}
-	var plan queueSetModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
-	if resp.Diagnostics.HasError() || plan.Queues.IsUnknown() || plan.Queues.IsNull() || plan.Prefix.IsUnknown() {
-		return
-	}
-	queues := map[string]queueModel{}
-	resp.Diagnostics.Append(plan.Queues.ElementsAs(ctx, &queues, false)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	for name, q := range queues {
-		queues[name] = withComputed(plan.Prefix.ValueString(), name, q)
-	}
-	m, diags := types.MapValueFrom(ctx, queueObjectType, queues)
-	resp.Diagnostics.Append(diags...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("queues"), m)...)
-
-	if req.State.Raw.IsNull() {
-		return
-	}
-	var state queueSetModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
-	before := map[string]queueModel{}
-	if !state.Queues.IsNull() {
-		resp.Diagnostics.Append(state.Queues.ElementsAs(ctx, &before, false)...)
-	}
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	for _, name := range sortedKeys(queues) {
-		old, ok := before[name]
-		if !ok {
-			continue
-		}
-		change, diags := diffQueue(ctx, old, queues[name])
-		resp.Diagnostics.Append(diags...)
-		if !change.Work && !change.Dead {
-			continue
-		}
-		target := old.Name.ValueString()
-		if !change.Work {
-			target = old.DeadName.ValueString()
-		}
-		count := "Its current message count could not be read (the provider is not configured yet)."
-		if r.data != nil {
-			if bq, found, err := r.data.broker.getQueue(state.Vhost.ValueString(), target); err == nil && found {
-				count = fmt.Sprintf("It holds %s now, by the management API's count, which can lag a few seconds.", messages(bq.Messages))
-			}
-		}
-		resp.Diagnostics.AddAttributeWarning(path.Root("queues").AtMapKey(name), "Queue Will Be Replaced",
-			fmt.Sprintf("Queue %q in virtual host %q will be deleted and declared again, because RabbitMQ cannot change a queue's arguments in place: %s. %s "+
-				"The apply replaces it only if it is empty, or if force_destroy is true, which discards its messages; otherwise the apply fails and changes nothing.",
-				target, state.Vhost.ValueString(), change.Reason, count))
-	}
-}
-
 func (r *queueSetResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
 	if !r.configured(&resp.Diagnostics) {
 		return
@@ -673,7 +485,7 @@ func (r *queueSetResource) Delete(ctx context.Context, req resource.DeleteReques
 		}
 		if len(held) > 0 {
 			resp.Diagnostics.AddError("Queue Set Holds Messages",
-				fmt.Sprintf("The queue set %q in virtual host %q was not destroyed, because %s. Destroying it would discard them. "+
+				fmt.Sprintf("The queue set %q in virtual host %q was not destroyed, because %s. Destroying the set would discard those messages. "+
 					"Drain them first, or set force_destroy = true and apply before destroying.", prefix, vhost, strings.Join(held, ", ")))
 			return
 		}
@@ -714,6 +526,195 @@ func (r *queueSetResource) ImportState(ctx context.Context, req resource.ImportS
 		Queues:       types.MapNull(queueObjectType),
 	}
 	resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
+}
+
+// Configure takes the broker the provider configured.
+func (r *queueSetResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
+	if req.ProviderData == nil {
+		return
+	}
+	data, ok := req.ProviderData.(*providerData)
+	if !ok {
+		resp.Diagnostics.AddError("Unexpected Provider Data",
+			fmt.Sprintf("The queue set resource was given provider data of type %T. This is a bug in the provider; please report it.", req.ProviderData))
+		return
+	}
+	r.data = data
+}
+
+// ValidateConfig runs the topology package's checks at plan time, the same
+// the runtime runs at start-up, and points each error at its attribute.
+func (r *queueSetResource) ValidateConfig(ctx context.Context, req resource.ValidateConfigRequest, resp *resource.ValidateConfigResponse) {
+	var cfg queueSetModel
+	resp.Diagnostics.Append(req.Config.Get(ctx, &cfg)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	resp.Diagnostics.Append(validateSet(ctx, cfg)...)
+}
+
+// validateSet checks what is known of a configuration. Unknown values (from
+// resources not yet created) are checked at apply, when they are known.
+func validateSet(ctx context.Context, cfg queueSetModel) diag.Diagnostics {
+	var diags diag.Diagnostics
+	if cfg.Queues.IsUnknown() || cfg.Queues.IsNull() {
+		if !cfg.Prefix.IsUnknown() && !cfg.Prefix.IsNull() {
+			if err := topology.ValidatePrefix(cfg.Prefix.ValueString()); err != nil {
+				diags.AddAttributeError(path.Root("prefix"), "Invalid Queue Set Prefix", err.Error())
+			}
+		}
+		return diags
+	}
+	queues := map[string]queueModel{}
+	diags.Append(cfg.Queues.ElementsAs(ctx, &queues, false)...)
+	if diags.HasError() {
+		return diags
+	}
+
+	set := topology.Set{Prefix: cfg.Prefix.ValueString()}
+	complete := !cfg.Prefix.IsUnknown()
+	for _, name := range sortedKeys(queues) {
+		q := queues[name]
+		if q.MessageTTL.IsUnknown() || q.MaxPriority.IsUnknown() || q.Durable.IsUnknown() {
+			complete = false
+			continue
+		}
+		tq, err := toTopology(name, q)
+		if err != nil {
+			diags.AddAttributeError(path.Root("queues").AtMapKey(name).AtName("message_ttl"), "Invalid Message TTL", err.Error())
+			complete = false
+			continue
+		}
+		if q.MaxPriority.ValueInt64() < 0 || q.MaxPriority.ValueInt64() > topology.MaxPriorityLimit {
+			// toTopology clamped it; report the value as written.
+			err := topology.ValidateQueue(topology.Queue{Name: name, MaxPriority: tq.MaxPriority})
+			diags.AddAttributeError(path.Root("queues").AtMapKey(name).AtName("max_priority"), "Invalid Max Priority",
+				strings.Replace(err.Error(), fmt.Sprint(tq.MaxPriority), fmt.Sprint(q.MaxPriority.ValueInt64()), 1))
+			tq.MaxPriority = 0
+		}
+		set.Queues = append(set.Queues, tq)
+	}
+	if !complete {
+		// Check what is known on its own; the full check runs once it all is.
+		if !cfg.Prefix.IsUnknown() {
+			if err := topology.ValidatePrefix(set.Prefix); err != nil {
+				diags.AddAttributeError(path.Root("prefix"), "Invalid Queue Set Prefix", err.Error())
+			}
+		}
+		for _, q := range set.Queues {
+			if err := topology.ValidateQueue(q); err != nil {
+				diags.Append(topologyDiagnostic(set.Prefix, err))
+			}
+		}
+		return diags
+	}
+	if err := topology.Validate(set); err != nil {
+		var joined interface{ Unwrap() []error }
+		errs := []error{err}
+		if errors.As(err, &joined) {
+			errs = joined.Unwrap()
+		}
+		for _, e := range errs {
+			diags.Append(topologyDiagnostic(set.Prefix, e))
+		}
+	}
+	return diags
+}
+
+// topologyDiagnostic points one error of the topology checks at the
+// attribute it is about.
+func topologyDiagnostic(prefix string, err error) diag.Diagnostic {
+	var nameErr *topology.NameError
+	var argErr *topology.ArgumentError
+	switch {
+	case errors.As(err, &argErr):
+		attr, summary := "max_priority", "Invalid Max Priority"
+		if strings.Contains(argErr.Argument, "TTL") {
+			attr, summary = "message_ttl", "Invalid Message TTL"
+		}
+		return diag.NewAttributeErrorDiagnostic(path.Root("queues").AtMapKey(argErr.Queue).AtName(attr), summary, err.Error())
+	case errors.As(err, &nameErr) && strings.HasPrefix(err.Error(), "prefix:"):
+		// Errors of the set as a whole read "prefix: ..." too; only the
+		// prefix's own check makes one about the prefix.
+		if perr := topology.ValidatePrefix(prefix); perr != nil && perr.Error() == err.Error() {
+			return diag.NewAttributeErrorDiagnostic(path.Root("prefix"), "Invalid Queue Set Prefix", err.Error())
+		}
+		if strings.Contains(err.Error(), "no queues") {
+			return diag.NewAttributeErrorDiagnostic(path.Root("queues"), "Queue Set Has No Queues", err.Error())
+		}
+		return diag.NewAttributeErrorDiagnostic(path.Root("queues"), "Invalid Queue Set", err.Error())
+	case errors.As(err, &nameErr):
+		return diag.NewAttributeErrorDiagnostic(path.Root("queues").AtMapKey(nameErr.Queue), "Invalid Queue Name", err.Error())
+	}
+	return diag.NewAttributeErrorDiagnostic(path.Root("queues"), "Invalid Queue Set", err.Error())
+}
+
+// ModifyPlan fills in every queue's names and arguments, which follow from
+// the configuration alone, so the plan shows them instead of "known after
+// apply"; and it warns about every queue the apply will replace because its
+// arguments change, with its message count, since that is what an operator
+// must see before approving.
+func (r *queueSetResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
+	if req.Plan.Raw.IsNull() {
+		return // destroy: Delete checks for messages and says so
+	}
+	var plan queueSetModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	if resp.Diagnostics.HasError() || plan.Queues.IsUnknown() || plan.Queues.IsNull() || plan.Prefix.IsUnknown() {
+		return
+	}
+	queues := map[string]queueModel{}
+	resp.Diagnostics.Append(plan.Queues.ElementsAs(ctx, &queues, false)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	for name, q := range queues {
+		queues[name] = withComputed(plan.Prefix.ValueString(), name, q)
+	}
+	m, diags := types.MapValueFrom(ctx, queueObjectType, queues)
+	resp.Diagnostics.Append(diags...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("queues"), m)...)
+
+	if req.State.Raw.IsNull() {
+		return
+	}
+	var state queueSetModel
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	before := map[string]queueModel{}
+	if !state.Queues.IsNull() {
+		resp.Diagnostics.Append(state.Queues.ElementsAs(ctx, &before, false)...)
+	}
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	for _, name := range sortedKeys(queues) {
+		old, ok := before[name]
+		if !ok {
+			continue
+		}
+		change, diags := diffQueue(ctx, old, queues[name])
+		resp.Diagnostics.Append(diags...)
+		if !change.Work && !change.Dead {
+			continue
+		}
+		target := old.Name.ValueString()
+		if !change.Work {
+			target = old.DeadName.ValueString()
+		}
+		count := "Its current message count could not be read (the provider is not configured yet)."
+		if r.data != nil {
+			if bq, found, err := r.data.broker.getQueue(state.Vhost.ValueString(), target); err == nil && found {
+				count = fmt.Sprintf("It holds %s now, by the management API's count, which can lag a few seconds.", messages(bq.Messages))
+			}
+		}
+		resp.Diagnostics.AddAttributeWarning(path.Root("queues").AtMapKey(name), "Queue Will Be Replaced",
+			fmt.Sprintf("Queue %q in virtual host %q will be deleted and declared again, because RabbitMQ cannot change a queue's arguments in place: %s. %s "+
+				"The apply replaces it only if it is empty, or if force_destroy is true, which discards its messages; otherwise the apply fails and changes nothing.",
+				target, state.Vhost.ValueString(), change.Reason, count))
+	}
 }
 
 // replaceQueue declares one broker queue again with new arguments. For now
