@@ -144,18 +144,29 @@ func (e *PanicError) Error() string { return fmt.Sprintf("job panicked: %v", e.V
 // Is makes errors.Is(err, ErrJobPanicked) true.
 func (e *PanicError) Is(target error) bool { return target == ErrJobPanicked }
 
+// Enqueuer is the part of a Producer that application code enqueues through.
+// Code that takes an Enqueuer rather than a *Producer can be unit-tested with
+// queueytest.Producer, which records jobs instead of publishing them.
+type Enqueuer interface {
+	Enqueue(ctx context.Context, queue, jobType string, payload any, opts *EnqueueOptions) (string, error)
+	EnqueueAfter(ctx context.Context, queue, jobType string, payload any, delay time.Duration, opts *EnqueueOptions) (string, error)
+	Defer(ctx context.Context, queue, jobType string, payload any, delay time.Duration, opts *EnqueueOptions) (string, error)
+}
+
+var _ Enqueuer = (*Producer)(nil)
+
 // EnqueueJob enqueues args on the queue its kind names, with its kind as the
 // job type: Producer.Enqueue, typed.
-func EnqueueJob[T JobArgs](ctx context.Context, p *Producer, args T, opts *EnqueueOptions) (string, error) {
+func EnqueueJob[T JobArgs](ctx context.Context, p Enqueuer, args T, opts *EnqueueOptions) (string, error) {
 	return p.Enqueue(ctx, args.Queue(), args.Kind(), args, opts)
 }
 
 // EnqueueJobAfter is Producer.EnqueueAfter, typed.
-func EnqueueJobAfter[T JobArgs](ctx context.Context, p *Producer, args T, delay time.Duration, opts *EnqueueOptions) (string, error) {
+func EnqueueJobAfter[T JobArgs](ctx context.Context, p Enqueuer, args T, delay time.Duration, opts *EnqueueOptions) (string, error) {
 	return p.EnqueueAfter(ctx, args.Queue(), args.Kind(), args, delay, opts)
 }
 
 // DeferJob is Producer.Defer, typed.
-func DeferJob[T JobArgs](ctx context.Context, p *Producer, args T, delay time.Duration, opts *EnqueueOptions) (string, error) {
+func DeferJob[T JobArgs](ctx context.Context, p Enqueuer, args T, delay time.Duration, opts *EnqueueOptions) (string, error) {
 	return p.Defer(ctx, args.Queue(), args.Kind(), args, delay, opts)
 }
