@@ -249,11 +249,13 @@ func (c *conn) channel(ctx context.Context) (*amqp.Channel, error) {
 			if err == nil {
 				return ch, nil
 			}
-			if !errors.Is(err, amqp.ErrClosed) && !cur.IsClosed() {
+			if !c.redial || errors.Is(err, amqp.ErrChannelMax) {
 				return nil, fmt.Errorf("queuey: open channel: %w", err)
 			}
-			// The connection is gone and the watcher is about to notice:
+			// Anything else (amqp.ErrClosed, a reset socket) means the
+			// connection is going and the watcher is about to notice:
 			// wait for it rather than spin.
+			c.logger.Debug("queuey: open channel failed; waiting for the connection", "error", err)
 			select {
 			case <-ctx.Done():
 				return nil, ctx.Err()

@@ -241,10 +241,21 @@ func (pc *pubChannel) discard() {
 	pc.ch, pc.returns = nil, nil
 }
 
+// maxPublishTries bounds how often a message is sent again because its
+// channel closed under it (the connection was lost) before the broker
+// confirmed or refused it.
+const maxPublishTries = 3
+
 // publishChunk publishes up to maxChunk messages on one channel of the pool
 // and waits for all their confirms, setting errs[i] for each message that the
 // broker did not take. Messages of one chunk must have distinct MessageIds
 // when there is more than one.
+//
+// A message whose channel closed before its confirm arrived is sent again on
+// a new channel, once the connection is back: the broker may have taken it
+// already, so this can enqueue a job twice, which at-least-once delivery
+// allows; giving up would leave the caller no better choice than the same
+// retry.
 func (p *Producer) publishChunk(ctx context.Context, out []outgoing, errs []error) {
 	pc, err := p.acquire(ctx)
 	if err != nil {
@@ -255,77 +266,90 @@ func (p *Producer) publishChunk(ctx context.Context, out []outgoing, errs []erro
 	}
 	defer p.release(pc)
 
-	dcs := make([]*amqp.DeferredConfirmation, len(out))
-	for try := 0; ; try++ {
-		if err := p.open(ctx, pc); err != nil {
-			for i := range out {
-				errs[i] = fmt.Errorf("queuey: publish to %q: %w", out[i].key, err)
-			}
+	pending := make([]int, len(out))
+	for i := range pending {
+		pending[i] = i
+	}
+	for try := 1; len(pending) > 0; try++ {
+		pending = p.publishOnce(ctx, pc, out, pending, errs)
+		if try == maxPublishTries || ctx.Err() != nil {
 			return
 		}
-		sent := 0
-		for i, o := range out {
-			dc, err := pc.ch.PublishWithDeferredConfirmWithContext(ctx, "", o.key, true, false, o.msg)
-			if err != nil {
-				for j := i; j < len(out); j++ {
-					errs[j] = fmt.Errorf("queuey: publish to %q: %w", out[j].key, err)
-				}
-				break
+	}
+}
+
+// publishOnce publishes out[i] for every i in pending on pc, waits for their
+// confirms and collects their returns. It sets errs[i] for each, and returns
+// the ones worth sending again: those that did not go out, or whose outcome
+// was lost with a closed channel.
+func (p *Producer) publishOnce(ctx context.Context, pc *pubChannel, out []outgoing, pending []int, errs []error) (retry []int) {
+	if err := p.open(ctx, pc); err != nil {
+		for _, i := range pending {
+			errs[i] = fmt.Errorf("queuey: publish to %q: %w", out[i].key, err)
+		}
+		return nil
+	}
+	dcs := make([]*amqp.DeferredConfirmation, len(pending))
+	for k, i := range pending {
+		dc, err := pc.ch.PublishWithDeferredConfirmWithContext(ctx, "", out[i].key, true, false, out[i].msg)
+		if err != nil {
+			for _, j := range pending[k:] {
+				errs[j] = fmt.Errorf("queuey: publish to %q: %w", out[j].key, err)
 			}
-			dcs[i] = dc
-			sent++
+			if ctx.Err() == nil {
+				// Not sent: the channel or the connection is gone.
+				retry = append(retry, pending[k:]...)
+			}
+			break
 		}
-		// A channel that was closed before anything went out (the
-		// connection was lost and has come back) is safe to retry once.
-		if sent == 0 && try == 0 && pc.ch.IsClosed() {
-			clear(errs[:len(out)])
-			pc.discard()
-			continue
-		}
-		break
+		dcs[k] = dc
 	}
 
-	for i, dc := range dcs {
+	for k, dc := range dcs {
 		if dc == nil {
 			continue
 		}
+		i := pending[k]
 		acked, err := dc.WaitContext(ctx)
-		if err != nil {
+		switch {
+		case err != nil:
 			// Confirms still due on this channel would be mistaken for
 			// the next publisher's: throw it away.
 			pc.discard()
-			for j := i; j < len(out); j++ {
-				if dcs[j] != nil {
-					errs[j] = fmt.Errorf("queuey: publish to %q: gave up waiting for the broker's confirm, the job may or may not have been enqueued: %w", out[j].key, err)
+			for kk := k; kk < len(dcs); kk++ {
+				if dcs[kk] != nil {
+					errs[pending[kk]] = fmt.Errorf("queuey: publish to %q: gave up waiting for the broker's confirm; the job may or may not have been enqueued: %w", out[pending[kk]].key, err)
 				}
 			}
-			return
-		}
-		if !acked {
-			if pc.ch.IsClosed() {
-				errs[i] = fmt.Errorf("queuey: publish to %q: the channel closed before the broker confirmed the job, which may or may not have been enqueued: %w", out[i].key, amqp.ErrClosed)
-			} else {
-				errs[i] = fmt.Errorf("queuey: publish to %q: %w", out[i].key, ErrNacked)
-			}
+			return nil
+		case acked:
+			errs[i] = nil
+		case pc.ch.IsClosed():
+			// amqp091-go settles the confirms of a closed channel as
+			// nacks; the broker said nothing.
+			errs[i] = fmt.Errorf("queuey: publish to %q: the channel closed before the broker confirmed the job, which may or may not have been enqueued: %w", out[i].key, amqp.ErrClosed)
+			retry = append(retry, i)
+		default:
+			errs[i] = fmt.Errorf("queuey: publish to %q: %w", out[i].key, ErrNacked)
 		}
 	}
 
-	// Every return of this chunk was handed to pc.returns before the
+	// Every return of these messages was handed to pc.returns before the
 	// confirm of the same message; collect them.
 	var byID map[string]int
 	if len(out) > 1 {
-		byID = make(map[string]int, len(out))
-		for i, o := range out {
-			byID[o.msg.MessageId] = i
+		byID = make(map[string]int, len(pending))
+		for _, i := range pending {
+			byID[out[i].msg.MessageId] = i
 		}
 	}
 	for {
 		select {
 		case r, ok := <-pc.returns:
 			if !ok {
-				return
+				return retry
 			}
-			i := 0
+			i := pending[0]
 			if byID != nil {
 				var found bool
 				if i, found = byID[r.MessageId]; !found {
@@ -334,7 +358,7 @@ func (p *Producer) publishChunk(ctx context.Context, out []outgoing, errs []erro
 			}
 			errs[i] = fmt.Errorf("queuey: publish to %q: %w: %s (%d): no queue has that name", out[i].key, ErrUnroutable, r.ReplyText, r.ReplyCode)
 		default:
-			return
+			return retry
 		}
 	}
 }
