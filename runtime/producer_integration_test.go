@@ -567,6 +567,46 @@ func TestIntegrationConcurrentEnqueues(t *testing.T) {
 	}
 }
 
+// Regression test for pairing returns with confirms: with few channels and
+// many goroutines mixing routable and unroutable publishes, every result
+// must belong to its own publish.
+func TestIntegrationConcurrentUnroutablePublishesAreAttributedCorrectly(t *testing.T) {
+	t.Parallel()
+	b := newTestBroker(t)
+	p := newTestProducer(t, b, []QueueConfig{{Name: "jobs"}}, &ProducerOptions{Channels: 3})
+	ctx := testCtx(t)
+	const goroutines, each = 24, 20
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	routed := 0
+	for g := range goroutines {
+		wg.Go(func() {
+			for i := range each {
+				missing := (g+i)%3 == 0
+				q := "jobs"
+				if missing {
+					q = "missing"
+				}
+				_, err := p.Enqueue(ctx, q, "t", i, nil)
+				switch {
+				case missing && !errors.Is(err, ErrUnroutable):
+					t.Errorf("publish to a missing queue = %v, want ErrUnroutable", err)
+				case !missing && err != nil:
+					t.Errorf("publish to an existing queue = %v", err)
+				case !missing:
+					mu.Lock()
+					routed++
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if c := b.count(b.channel(), b.name("jobs")); c != routed {
+		t.Errorf("work queue holds %d jobs, want %d", c, routed)
+	}
+}
+
 func TestIntegrationRefusedHoldDeclarationFailsOnlyThatPublish(t *testing.T) {
 	t.Parallel()
 	b := newTestBroker(t)

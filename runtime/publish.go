@@ -39,13 +39,19 @@ package queuey
 // not take the message (ErrNacked).
 //
 // Returns and confirms arrive on different Go channels, so they have to be
-// correlated. The broker sends a message's basic.return before its basic.ack,
-// and amqp091-go hands both over from one reader goroutine in that order. A
-// producer therefore gives each publish (or batch chunk) a channel of its own
-// from a pool: once every confirm of the chunk is in, every return of the
-// chunk is already waiting in the channel's buffered return listener, and
-// nothing else was published on that channel meanwhile. Concurrency comes
-// from the size of the pool (ProducerOptions.Channels).
+// correlated; amqp091-go's README lists return/ack ordering as a non-goal,
+// because a receiver selecting on both Go channels can see them in either
+// order. What does hold (channel.go, dispatch, in v1.17.0): the broker sends
+// a message's basic.return before its basic.ack, and amqp091-go's single
+// reader goroutine finishes handing the return to every return listener
+// (a plain send into a buffered Go channel) before it processes the ack.
+// So a producer gives each publish (or batch chunk) an AMQP channel of its
+// own from a pool, waits for every confirm of the chunk, and only then
+// drains the channel's return listener without blocking: every return of the
+// chunk is in it, and nothing else was published on that channel meanwhile.
+// The listener's buffer (maxChunk) always has room, so amqp091-go never
+// drops a return for want of a reader. Concurrency comes from the size of
+// the pool (ProducerOptions.Channels).
 
 import (
 	"context"
