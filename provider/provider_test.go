@@ -18,6 +18,7 @@ import (
 
 	"github.com/hashicorp/terraform-plugin-framework/providerserver"
 	"github.com/hashicorp/terraform-plugin-go/tfprotov6"
+	"github.com/hashicorp/terraform-plugin-go/tftypes"
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
 	rabbithole "github.com/michaelklishin/rabbit-hole/v2"
@@ -335,4 +336,87 @@ resource "queuey_queue_set" "test" {
 // provider's back.
 func rabbitQueue(durable bool, args map[string]any) rabbithole.QueueSettings {
 	return rabbithole.QueueSettings{Durable: durable, Arguments: args}
+}
+
+// planWarnings records the warnings the provider returns from every plan
+// Terraform asks it for, so that a test can see what an operator sees
+// above "Do you want to perform these actions?".
+type planWarnings struct {
+	mu       sync.Mutex
+	warnings []tfprotov6.Diagnostic
+}
+
+func (w *planWarnings) reset() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.warnings = nil
+}
+
+func (w *planWarnings) seen() []tfprotov6.Diagnostic {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]tfprotov6.Diagnostic(nil), w.warnings...)
+}
+
+// providers serves the provider like testAccProviders, recording its plan
+// warnings.
+func (w *planWarnings) providers() map[string]func() (tfprotov6.ProviderServer, error) {
+	return map[string]func() (tfprotov6.ProviderServer, error){
+		"queuey": func() (tfprotov6.ProviderServer, error) {
+			s, err := providerserver.NewProtocol6WithError(New("test")())()
+			return recordingServer{ProviderServer: s, w: w}, err
+		},
+	}
+}
+
+// check is a TestCheckFunc: every warning since the last reset is a
+// "Queue Will Be Replaced" about queues[queue], there is at least one, and
+// each detail matches detail.
+func (w *planWarnings) check(queue string, detail *regexp.Regexp) resource.TestCheckFunc {
+	return func(*terraformState) error {
+		seen := w.seen()
+		if len(seen) == 0 {
+			return fmt.Errorf("the plan gave no warning, want one about queue %q", queue)
+		}
+		for _, d := range seen {
+			steps := d.Attribute.Steps()
+			if d.Summary != "Queue Will Be Replaced" || len(steps) != 2 ||
+				steps[0] != tftypes.AttributeName("queues") || steps[1] != tftypes.ElementKeyString(queue) {
+				return fmt.Errorf("plan warning %q at %v: %s; want warnings about queues[%q] alone", d.Summary, d.Attribute, d.Detail, queue)
+			}
+			if !detail.MatchString(d.Detail) {
+				return fmt.Errorf("plan warning %q does not match %s", d.Detail, detail)
+			}
+		}
+		return nil
+	}
+}
+
+type recordingServer struct {
+	tfprotov6.ProviderServer
+	w *planWarnings
+}
+
+func (s recordingServer) PlanResourceChange(ctx context.Context, req *tfprotov6.PlanResourceChangeRequest) (*tfprotov6.PlanResourceChangeResponse, error) {
+	resp, err := s.ProviderServer.PlanResourceChange(ctx, req)
+	if resp != nil {
+		s.w.mu.Lock()
+		for _, d := range resp.Diagnostics {
+			if d.Severity == tfprotov6.DiagnosticSeverityWarning {
+				s.w.warnings = append(s.w.warnings, *d)
+			}
+		}
+		s.w.mu.Unlock()
+	}
+	return resp, err
+}
+
+// none is a TestCheckFunc: no warning since the last reset.
+func (w *planWarnings) none() resource.TestCheckFunc {
+	return func(*terraformState) error {
+		if seen := w.seen(); len(seen) > 0 {
+			return fmt.Errorf("the plan warned %q: %s; want no warning", seen[0].Summary, seen[0].Detail)
+		}
+		return nil
+	}
 }

@@ -161,6 +161,11 @@ func (r *queueSetResource) Create(ctx context.Context, req resource.CreateReques
 	}
 	vhost, prefix := plan.Vhost.ValueString(), plan.Prefix.ValueString()
 	b := r.data.broker
+	// Values unknown at plan time were not validated then.
+	resp.Diagnostics.Append(validateSet(ctx, plan)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
 
 	existing, err := b.listQueues(vhost)
 	if err != nil {
@@ -309,6 +314,11 @@ func (r *queueSetResource) Update(ctx context.Context, req resource.UpdateReques
 	vhost, prefix := plan.Vhost.ValueString(), plan.Prefix.ValueString()
 	force := plan.ForceDestroy.ValueBool()
 	b := r.data.broker
+	// Values unknown at plan time were not validated then.
+	resp.Diagnostics.Append(validateSet(ctx, plan)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
 	for name, q := range after {
 		after[name] = withComputed(prefix, name, q)
 	}
@@ -683,6 +693,9 @@ func (r *queueSetResource) ModifyPlan(ctx context.Context, req resource.ModifyPl
 	}
 	var state queueSetModel
 	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	if !state.Prefix.Equal(plan.Prefix) || !state.Vhost.Equal(plan.Vhost) {
+		return // the whole set is replaced; Terraform's plan says so
+	}
 	before := map[string]queueModel{}
 	if !state.Queues.IsNull() {
 		resp.Diagnostics.Append(state.Queues.ElementsAs(ctx, &before, false)...)

@@ -182,16 +182,20 @@ func TestAccQueueSet_removeQueueWithMessages(t *testing.T) {
 func TestAccQueueSet_changeMaxPriority(t *testing.T) {
 	b := newTestBroker(t)
 	p := b.uniquePrefix("change")
+	warnings := &planWarnings{}
 	resource.Test(t, resource.TestCase{
-		ProtoV6ProviderFactories: testAccProviders,
+		ProtoV6ProviderFactories: warnings.providers(),
 		CheckDestroy:             b.checkDestroyed(p),
 		Steps: []resource.TestStep{{
 			Config: b.providerBlock("") + setConfig(p, false, `a = {}`+"\n"+`b = {}`),
 		}, {
 			// a is empty; b holds a message that must survive a's
 			// replacement.
-			PreConfig: func() { b.publish(work(p, "b"), 1) },
-			Config:    b.providerBlock("") + setConfig(p, false, `a = { max_priority = 5 }`+"\n"+`b = {}`),
+			PreConfig: func() {
+				b.publish(work(p, "b"), 1)
+				warnings.reset()
+			},
+			Config: b.providerBlock("") + setConfig(p, false, `a = { max_priority = 5 }`+"\n"+`b = {}`),
 			ConfigPlanChecks: resource.ConfigPlanChecks{
 				PreApply: []plancheck.PlanCheck{
 					plancheck.ExpectResourceAction(addr, plancheck.ResourceActionUpdate),
@@ -207,6 +211,7 @@ func TestAccQueueSet_changeMaxPriority(t *testing.T) {
 				}),
 				b.checkCount(work(p, "b"), 1),
 				resource.TestCheckResourceAttr(addr, "queues.a.arguments.x-max-priority", "5"),
+				warnings.check("a", regexp.MustCompile(`(?s)Queue "`+regexp.QuoteMeta(work(p, "a"))+`".*x-max-priority 10 → 5.*holds 0 messages`)),
 			),
 		}, {
 			// a now holds messages: the change is refused and nothing is
@@ -214,6 +219,7 @@ func TestAccQueueSet_changeMaxPriority(t *testing.T) {
 			PreConfig: func() {
 				b.publish(work(p, "a"), 3)
 				b.waitManagementCount(work(p, "a"), 3)
+				warnings.reset()
 			},
 			Config:      b.providerBlock("") + setConfig(p, false, `a = { max_priority = 7 }`+"\n"+`b = {}`),
 			ExpectError: regexp.MustCompile(`(?s)Queue Holds Messages.*x-max-priority 5 → 7.*` + regexp.QuoteMeta(work(p, "a")) + `.*holds 3 messages`),
@@ -221,6 +227,10 @@ func TestAccQueueSet_changeMaxPriority(t *testing.T) {
 			PreConfig: func() {
 				if n, err := b.count(work(p, "a")); err != nil || n != 3 {
 					t.Errorf("after the refused replacement %s holds %d messages (%v), want 3", work(p, "a"), n, err)
+				}
+				// The plan of the refused apply warned with the count.
+				if err := warnings.check("a", regexp.MustCompile(`(?s)x-max-priority 5 → 7.*holds 3 messages`))(nil); err != nil {
+					t.Error(err)
 				}
 			},
 			// Back to what the broker has: no change, and the messages
@@ -268,8 +278,9 @@ func TestAccQueueSet_driftAndImport(t *testing.T) {
 		work(p, "c"): {true, map[string]any{topology.ArgMaxPriority: int64(2), topology.ArgMessageTTL: int64(90000)}},
 		dead(p, "c"): {true, map[string]any{}},
 	}
+	warnings := &planWarnings{}
 	resource.Test(t, resource.TestCase{
-		ProtoV6ProviderFactories: testAccProviders,
+		ProtoV6ProviderFactories: warnings.providers(),
 		CheckDestroy:             b.checkDestroyed(p),
 		Steps: []resource.TestStep{{
 			PreConfig: func() {
@@ -288,6 +299,7 @@ func TestAccQueueSet_driftAndImport(t *testing.T) {
 				if _, err := b.mgmt.DeleteQueue("/", work(p, "b")); err != nil {
 					t.Fatal(err)
 				}
+				warnings.reset()
 			},
 			Config: cfg,
 			ConfigPlanChecks: resource.ConfigPlanChecks{
@@ -296,7 +308,7 @@ func TestAccQueueSet_driftAndImport(t *testing.T) {
 					expectChangedQueues(addr, "b"),
 				},
 			},
-			Check: b.checkQueues(p, withHold(want, p)),
+			Check: resource.ComposeAggregateTestCheckFunc(b.checkQueues(p, withHold(want, p)), warnings.none()),
 		}, {
 			// c's arguments changed behind Terraform's back: planned as a
 			// replacement of c alone, carried out since c is empty.
@@ -307,6 +319,7 @@ func TestAccQueueSet_driftAndImport(t *testing.T) {
 				if _, err := b.mgmt.DeclareQueue("/", work(p, "c"), rabbitQueue(true, map[string]any{topology.ArgMaxPriority: 9})); err != nil {
 					t.Fatal(err)
 				}
+				warnings.reset()
 			},
 			Config: cfg,
 			ConfigPlanChecks: resource.ConfigPlanChecks{
@@ -315,7 +328,10 @@ func TestAccQueueSet_driftAndImport(t *testing.T) {
 					expectChangedQueues(addr, "c"),
 				},
 			},
-			Check: b.checkQueues(p, withHold(want, p)),
+			Check: resource.ComposeAggregateTestCheckFunc(
+				b.checkQueues(p, withHold(want, p)),
+				warnings.check("c", regexp.MustCompile(`x-max-priority 9 → 2, x-message-ttl \(none\) → 90000`)),
+			),
 		}, {
 			ResourceName:      addr,
 			ImportState:       true,
