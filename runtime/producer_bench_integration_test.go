@@ -1,0 +1,69 @@
+//go:build integration
+
+package queuey
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// BenchmarkIntegrationEnqueue measures confirmed enqueues against the real
+// broker: one goroutine at a time, many goroutines over pools of different
+// sizes, and batches. Run with
+//
+//	go test -tags integration ./runtime/ -run '^$' -bench Enqueue
+func BenchmarkIntegrationEnqueue(b *testing.B) {
+	payload := map[string]string{"to": "ada@example.com"}
+	setup := func(b *testing.B, channels int) *Producer {
+		tb := newTestBroker(b)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		p, err := NewProducer(ctx, tb.url, QueueSet{Prefix: tb.prefix, Queues: []QueueConfig{{Name: "jobs"}}}, &ProducerOptions{Channels: channels})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = p.Close() })
+		return p
+	}
+
+	b.Run("serial", func(b *testing.B) {
+		p := setup(b, 1)
+		ctx := context.Background()
+		for b.Loop() {
+			if _, err := p.Enqueue(ctx, "jobs", "bench", payload, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	for _, channels := range []int{1, 4, 16, 64} {
+		b.Run(fmt.Sprintf("parallel/channels=%d", channels), func(b *testing.B) {
+			p := setup(b, channels)
+			ctx := context.Background()
+			b.SetParallelism(8) // goroutines per GOMAXPROCS
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := p.Enqueue(ctx, "jobs", "bench", payload, nil); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+	b.Run("batch-of-100", func(b *testing.B) {
+		p := setup(b, 1)
+		ctx := context.Background()
+		jobs := make([]BatchJob, 100)
+		for i := range jobs {
+			jobs[i] = BatchJob{Queue: "jobs", JobType: "bench", Payload: payload}
+		}
+		for b.Loop() {
+			if _, err := p.EnqueueBatch(ctx, jobs); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(jobs)), "ns/job")
+	})
+}
