@@ -114,6 +114,12 @@ func NewWorkerPool(ctx context.Context, url string, set QueueSet, workers *Worke
 		return nil, err
 	}
 	if p.opts.Producer != nil {
+		for _, q := range p.queues {
+			if _, ok := p.opts.Producer.queueConfig(q.work); !ok {
+				_ = p.conn.close()
+				return nil, fmt.Errorf("worker options: the producer was not built from this queue set (it does not know %q), so it could not retry or defer its jobs: build it with NewProducer and the same set, or leave Producer unset", q.work)
+			}
+		}
 		p.pub = p.opts.Producer
 	} else {
 		prod, err := NewProducer(ctx, url, set, &ProducerOptions{AMQPConfig: p.producerConfig(), Logger: p.log})

@@ -903,3 +903,59 @@ func TestIntegrationWorkerResumesAfterQueueRecreated(t *testing.T) {
 		t.Errorf("the resubscription was not logged")
 	}
 }
+
+// A dead letter that cannot be published (here: its dead-letter queue was
+// deleted, so the publish is returned unroutable) must leave the job in the
+// work queue: it is handled again, and dead-lettered once the queue is back.
+func TestIntegrationWorkerNeverAcksAJobWhoseRepublishFailed(t *testing.T) {
+	t.Parallel()
+	e := wkSetup(t, "nopub")
+	set := e.set(queuey.QueueConfig{Name: "jobs"})
+	work, dead := set.WorkQueue("jobs"), set.DeadQueue("jobs")
+	var fatal runs
+	ws := queuey.NewWorkers()
+	queuey.AddWorker(ws, queuey.WorkFunc[wkFatal](func(_ context.Context, j *queuey.Job[wkFatal]) error {
+		fatal.add(j.JobContext)
+		return queuey.JobFatal(errors.New("bad input"))
+	}))
+	e.start(set, ws, &queuey.WorkerOptions{})
+	if _, err := e.mgmt.DeleteQueue("/", dead); err != nil {
+		t.Fatalf("delete %s: %v", dead, err)
+	}
+	// A producer that declares nothing, so that the dead-letter queue
+	// stays deleted.
+	up, err := queuey.NewUndeclaredProducer(context.Background(), wkAMQPURL(), e.prefix, &queuey.ProducerOptions{Logger: e.logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer up.Close()
+	id, err := queuey.EnqueueJob(context.Background(), up, wkFatal{wkArgs{ID: 1}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The pool waits a second before returning a delivery it could not
+	// settle; two runs prove the first was not acked.
+	wkEventually(t, 10*time.Second, func() bool { return fatal.len() >= 2 }, "the job to be delivered again")
+	if len(e.log.find("could not publish the job's dead-letter")) == 0 {
+		t.Errorf("the failed publish was not logged")
+	}
+	ch, err := e.conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare(dead, true, false, false, false, nil); err != nil {
+		t.Fatalf("recreate %s: %v", dead, err)
+	}
+	_ = ch.Close()
+	got := e.waitDead(dead, 1, 10*time.Second)
+	if got[0].MessageId != id || got[0].Headers[topology.HeaderDeathReason] != "fatal: bad input" {
+		t.Errorf("dead letter %+v", got[0])
+	}
+	wkEventually(t, 5*time.Second, func() bool { return e.ready(work) == 0 }, "the work queue to be empty")
+	runsSoFar := fatal.len()
+	time.Sleep(1500 * time.Millisecond)
+	if fatal.len() != runsSoFar {
+		t.Errorf("the job kept running after its dead letter was published")
+	}
+	t.Logf("handled %d times before the dead-letter queue came back", runsSoFar)
+}

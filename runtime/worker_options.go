@@ -36,9 +36,11 @@ type WorkerOptions struct {
 	// DeferGranularity is the step a deferral's delay is rounded up to. It
 	// must be a whole number of milliseconds. Defaults to 1 s.
 	DeferGranularity time.Duration
-	// JobTimeout bounds one run of a handler; a run that exceeds it counts
-	// as a failure and is retried. A worker implementing WorkerWithTimeout
-	// overrides it. Defaults to none.
+	// JobTimeout bounds one run of a handler: its context is cancelled, and
+	// the run counts as a failure and is retried. A handler that ignores its
+	// context is abandoned, still running, so that its delivery (and a
+	// shutdown) does not wait for it. A worker implementing
+	// WorkerWithTimeout overrides it. Defaults to none.
 	JobTimeout time.Duration
 	// Logger receives a record per job: success and deferral at Info, retry
 	// at Warn, dead letters at Error. Defaults to slog.Default().
