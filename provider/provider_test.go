@@ -420,3 +420,13 @@ func (w *planWarnings) none() resource.TestCheckFunc {
 		return nil
 	}
 }
+
+// deleteQueues deletes queues behind the provider's back.
+func (b *testBroker) deleteQueues(names ...string) {
+	b.t.Helper()
+	for _, n := range names {
+		if _, err := b.mgmt.DeleteQueue("/", n); err != nil {
+			b.t.Fatalf("deleting %s: %v", n, err)
+		}
+	}
+}

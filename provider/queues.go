@@ -239,6 +239,65 @@ func fromBroker(name string, work, dead brokerQueue, prior *queueModel) (queueMo
 	return q, problems
 }
 
+// readQueue is what the broker says logical queue name of a set is, given
+// the vhost's queues, or false when neither of its queues exists: then it
+// leaves the state, and the plan declares it back as an added queue.
+//
+// When just one of the two is gone, the queue stays, with the missing
+// queue's name null, so that the plan shows that name coming back and the
+// apply declares just that queue; the one that is left keeps being managed,
+// and a destroy still deletes it (after checking it for messages).
+func readQueue(prefix, name string, existing map[string]brokerQueue, prior *queueModel) (queueModel, bool, []string) {
+	work := topology.WorkName(prefix, name)
+	dead := topology.DeadName(work)
+	wq, okW := existing[work]
+	dq, okD := existing[dead]
+	if okW && okD {
+		q, problems := fromBroker(name, wq, dq, prior)
+		return q, true, problems
+	}
+	if (!okW && !okD) || prior == nil {
+		return queueModel{}, false, nil
+	}
+	// Stand in for the missing queue with what the prior state said.
+	if !okW {
+		wq = brokerQueue{Name: work, Durable: prior.Durable.ValueBool(), Type: "classic"}
+	}
+	if !okD {
+		dq = brokerQueue{Name: dead, Durable: topology.DeadDurable, Type: "classic"}
+	}
+	q, problems := fromBroker(name, wq, dq, prior)
+	if !okW {
+		q.MaxPriority, q.MessageTTL, q.Durable, q.Arguments = prior.MaxPriority, prior.MessageTTL, prior.Durable, prior.Arguments
+		q.Name = types.StringNull()
+	}
+	if !okD {
+		q.DeadArguments = prior.DeadArguments
+		q.DeadName = types.StringNull()
+	}
+	return q, true, problems
+}
+
+// missing reports which of a queue's two broker queues readQueue found
+// gone.
+func missing(q queueModel) (work, dead bool) {
+	return q.Name.IsNull(), q.DeadName.IsNull()
+}
+
+// replacement says which of a queue's broker queues must be replaced to
+// go from before to after. A queue that is missing is not replaced but
+// declared again, so its arguments do not count.
+func replacement(ctx context.Context, before, after queueModel) (queueChange, diag.Diagnostics) {
+	mw, md := missing(before)
+	if mw {
+		before.Arguments, before.Durable = after.Arguments, after.Durable
+	}
+	if md {
+		before.DeadArguments = after.DeadArguments
+	}
+	return diffQueue(ctx, before, after)
+}
+
 // discover finds the queue sets' logical queues among a virtual host's
 // queues, for import: a queue "<prefix>.<name>" is a work queue when
 // "<prefix>.<name>.dead" exists too, and it is neither a hold queue nor the

@@ -360,3 +360,47 @@ func TestNewRabbitClientTrimsTrailingSlash(t *testing.T) {
 		t.Errorf("endpoint = %q, %v", c.Endpoint, err)
 	}
 }
+
+func TestReadQueue(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	prior := withComputed("p", "a", queueModel{MaxPriority: types.Int64Value(4), Durable: types.BoolValue(false), MessageTTL: types.StringValue("90s")})
+	w, d := brokerPair("p.a", false, map[string]any{topology.ArgMaxPriority: int64(4), topology.ArgMessageTTL: int64(90000)})
+
+	q, found, _ := readQueue("p", "a", map[string]brokerQueue{w.Name: w, d.Name: d}, &prior)
+	if !found {
+		t.Fatal("not found")
+	}
+	if c, _ := replacement(ctx, q, prior); c.Work || c.Dead {
+		t.Errorf("an unchanged queue reads as a change: %+v", c)
+	}
+
+	if _, found, _ := readQueue("p", "a", map[string]brokerQueue{}, &prior); found {
+		t.Error("a queue with neither broker queue was found")
+	}
+
+	// Work queue gone: kept, name null, the prior configuration kept, and
+	// nothing to replace.
+	q, found, _ = readQueue("p", "a", map[string]brokerQueue{d.Name: d}, &prior)
+	if !found || !q.Name.IsNull() || q.DeadName.IsNull() || q.MaxPriority.ValueInt64() != 4 || q.Durable.ValueBool() {
+		t.Errorf("work queue gone: found %t, %+v", found, q)
+	}
+	if mw, md := missing(q); !mw || md {
+		t.Errorf("missing = %t, %t", mw, md)
+	}
+	changed := withComputed("p", "a", queueModel{MaxPriority: types.Int64Value(9), Durable: types.BoolValue(true), MessageTTL: types.StringNull()})
+	if c, _ := replacement(ctx, q, changed); c.Work || c.Dead {
+		t.Errorf("a missing work queue is planned for replacement: %+v", c)
+	}
+
+	// Dead-letter queue gone.
+	q, found, _ = readQueue("p", "a", map[string]brokerQueue{w.Name: w}, &prior)
+	if !found || q.Name.IsNull() || !q.DeadName.IsNull() {
+		t.Errorf("dead queue gone: found %t, %+v", found, q)
+	}
+
+	// Import has no prior: only complete pairs count.
+	if _, found, _ := readQueue("p", "a", map[string]brokerQueue{w.Name: w}, nil); found {
+		t.Error("half a queue was imported")
+	}
+}

@@ -270,19 +270,14 @@ func (r *queueSetResource) Read(ctx context.Context, req resource.ReadRequest, r
 
 	current := map[string]queueModel{}
 	for _, name := range names {
-		work := topology.WorkName(prefix, name)
-		wq, okW := existing[work]
-		dq, okD := existing[topology.DeadName(work)]
-		if !okW || !okD {
-			// Deleted outside Terraform: leaving it out of state plans it
-			// back as an in-place update.
-			continue
-		}
 		var p *queueModel
 		if old, ok := prior[name]; ok {
 			p = &old
 		}
-		q, problems := fromBroker(name, wq, dq, p)
+		q, found, problems := readQueue(prefix, name, existing, p)
+		if !found {
+			continue
+		}
 		for _, problem := range problems {
 			resp.Diagnostics.AddAttributeWarning(path.Root("queues").AtMapKey(name), "Queue Differs From What Queuey Declares",
 				problem+". Terraform cannot show this difference in the plan; delete the queue (after draining it) so that the next apply declares it anew.")
@@ -325,6 +320,9 @@ func (r *queueSetResource) Update(ctx context.Context, req resource.UpdateReques
 
 	var removed, added []string
 	changes := map[string]queueChange{}
+	// restore lists the queues with a broker queue deleted outside
+	// Terraform, to declare again.
+	restore := map[string]bool{}
 	for _, name := range sortedKeys(before) {
 		if _, ok := after[name]; !ok {
 			removed = append(removed, name)
@@ -336,14 +334,17 @@ func (r *queueSetResource) Update(ctx context.Context, req resource.UpdateReques
 			added = append(added, name)
 			continue
 		}
-		c, diags := diffQueue(ctx, old, after[name])
+		c, diags := replacement(ctx, old, after[name])
 		resp.Diagnostics.Append(diags...)
 		if c.Work || c.Dead {
 			changes[name] = c
 		}
+		if mw, md := missing(old); mw || md {
+			restore[name] = true
+		}
 	}
 	specs := map[string]queueSpec{}
-	for _, name := range append(append([]string{}, added...), sortedKeys(changes)...) {
+	for _, name := range append(append(append([]string{}, added...), sortedKeys(changes)...), sortedKeys(restore)...) {
 		spec, err := specFor(prefix, name, after[name])
 		if err != nil {
 			resp.Diagnostics.AddAttributeError(path.Root("queues").AtMapKey(name), "Update Queue Set Error", err.Error())
@@ -414,12 +415,18 @@ func (r *queueSetResource) Update(ctx context.Context, req resource.UpdateReques
 	}
 	for _, name := range sortedKeys(changes) {
 		c, spec := changes[name], specs[name]
+		mw, md := missing(before[name])
 		ops = append(ops, op{name, func() error {
 			for _, d := range spec.declarations() {
-				if (d.dead && c.Dead) || (!d.dead && c.Work) {
-					if err := r.replaceQueue(ctx, vhost, d, force); err != nil {
-						return err
-					}
+				var err error
+				switch {
+				case (d.dead && c.Dead) || (!d.dead && c.Work):
+					err = r.replaceQueue(ctx, vhost, d, force)
+				case (d.dead && md) || (!d.dead && mw):
+					err = b.declare(vhost, d.name, d.durable, d.args)
+				}
+				if err != nil {
+					return err
 				}
 			}
 			return nil
@@ -431,6 +438,24 @@ func (r *queueSetResource) Update(ctx context.Context, req resource.UpdateReques
 			for _, d := range spec.declarations() {
 				if err := b.declare(vhost, d.name, d.durable, d.args); err != nil {
 					return err
+				}
+			}
+			return nil
+		}, func() { result[name] = after[name] }})
+	}
+	for _, name := range sortedKeys(restore) {
+		if _, replaced := changes[name]; replaced {
+			// Kept apart from replacements so that one op owns a queue.
+			continue
+		}
+		spec := specs[name]
+		mw, md := missing(before[name])
+		ops = append(ops, op{name, func() error {
+			for _, d := range spec.declarations() {
+				if (d.dead && md) || (!d.dead && mw) {
+					if err := b.declare(vhost, d.name, d.durable, d.args); err != nil {
+						return err
+					}
 				}
 			}
 			return nil
@@ -708,7 +733,7 @@ func (r *queueSetResource) ModifyPlan(ctx context.Context, req resource.ModifyPl
 		if !ok {
 			continue
 		}
-		change, diags := diffQueue(ctx, old, queues[name])
+		change, diags := replacement(ctx, old, queues[name])
 		resp.Diagnostics.Append(diags...)
 		if !change.Work && !change.Dead {
 			continue

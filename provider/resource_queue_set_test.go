@@ -293,12 +293,25 @@ func TestAccQueueSet_driftAndImport(t *testing.T) {
 			},
 			Config: cfg,
 		}, {
-			// b deleted behind Terraform's back is planned back, as an
-			// update of the set that touches nothing else.
+			// Queues deleted behind Terraform's back are planned back, as
+			// an update of the set that touches nothing else: b's work
+			// queue and a's dead-letter queue.
 			PreConfig: func() {
-				if _, err := b.mgmt.DeleteQueue("/", work(p, "b")); err != nil {
-					t.Fatal(err)
-				}
+				b.deleteQueues(work(p, "b"), dead(p, "a"))
+				warnings.reset()
+			},
+			Config: cfg,
+			ConfigPlanChecks: resource.ConfigPlanChecks{
+				PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction(addr, plancheck.ResourceActionUpdate),
+					expectChangedQueues(addr, "a", "b"),
+				},
+			},
+			Check: resource.ComposeAggregateTestCheckFunc(b.checkQueues(p, withHold(want, p)), warnings.none()),
+		}, {
+			// Both of b's queues gone: b is planned back whole.
+			PreConfig: func() {
+				b.deleteQueues(work(p, "b"), dead(p, "b"))
 				warnings.reset()
 			},
 			Config: cfg,
