@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -187,12 +188,15 @@ func TestDispatcherPrecedence(t *testing.T) {
 func TestDispatcherOutcomes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
+	var mu sync.Mutex // an abandoned handler still runs beside the next
 	var seen JobContext
 	var fromCtx JobContext
 	ws := NewWorkers()
 	AddWorker(ws, WorkFunc[plainArgs](func(ctx context.Context, j *Job[plainArgs]) error {
+		mu.Lock()
 		seen = j.JobContext
 		fromCtx, _ = JobContextFrom(ctx)
+		mu.Unlock()
 		switch j.Args.N {
 		case 0:
 			return nil
@@ -223,13 +227,16 @@ func TestDispatcherOutcomes(t *testing.T) {
 	if o.Action != ActionAck {
 		t.Fatalf("success: %+v", o)
 	}
-	if seen.Type != "plain" || seen.Queue != "p.q1" || seen.Attempt != 1 || seen.MaxAttempts != 3 || seen.CorrelationID != "corr" || seen.ID == "" || seen.IsLastAttempt() {
-		t.Errorf("job context: %+v", seen)
+	mu.Lock()
+	first, firstCtx := seen, fromCtx
+	mu.Unlock()
+	if first.Type != "plain" || first.Queue != "p.q1" || first.Attempt != 1 || first.MaxAttempts != 3 || first.CorrelationID != "corr" || first.ID == "" || first.IsLastAttempt() {
+		t.Errorf("job context: %+v", first)
 	}
-	if fromCtx != seen {
-		t.Errorf("context carries %+v, job has %+v", fromCtx, seen)
+	if firstCtx != first {
+		t.Errorf("context carries %+v, job has %+v", firstCtx, first)
 	}
-	if age := seen.Age(); age < 0 || age > time.Minute {
+	if age := first.Age(); age < 0 || age > time.Minute {
 		t.Errorf("age %s", age)
 	}
 
