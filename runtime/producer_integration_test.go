@@ -157,6 +157,31 @@ func TestIntegrationEnqueueAfterWaitsInAHoldQueue(t *testing.T) {
 	})
 }
 
+// A hold queue expires 2*TTL after its last declaration; publishing into it
+// does not renew it. A producer that remembered having declared it would see
+// it deleted under a steady stream of delays, and its publishes returned.
+func TestIntegrationHoldQueueIsRedeclaredBeforeEveryPublish(t *testing.T) {
+	t.Parallel()
+	b := newTestBroker(t)
+	p := newTestProducer(t, b, []QueueConfig{{Name: "jobs"}}, &ProducerOptions{DelayGranularity: 250 * time.Millisecond})
+	ctx := testCtx(t)
+	hold := b.name("jobs") + ".deferred.250" // x-expires 500 ms
+	const n = 12
+	for i := range n {
+		if _, err := p.EnqueueAfter(ctx, "jobs", "t", i, 100*time.Millisecond, nil); err != nil {
+			t.Fatalf("delay %d, %v after the first: %v", i, time.Duration(i)*200*time.Millisecond, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	ch := b.channel()
+	eventually(t, 10*time.Second, 20*time.Millisecond, "not every delayed job arrived", func() bool {
+		return b.count(ch, b.name("jobs")) == n
+	})
+	eventually(t, 10*time.Second, 100*time.Millisecond, "the idle hold queue "+hold+" still exists", func() bool {
+		return b.queue(hold) == nil
+	})
+}
+
 func TestIntegrationDeferredJobOvertakesBacklog(t *testing.T) {
 	t.Parallel()
 	b := newTestBroker(t)
