@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -171,6 +172,9 @@ func newWorkerPool(set QueueSet, workers *Workers, opts *WorkerOptions) (*Worker
 		}
 		if seen[name] {
 			continue
+		}
+		if qc.prefetch() > math.MaxUint16 {
+			return nil, fmt.Errorf("queue %q: prefetch %d is above AMQP's limit of %d", name, qc.prefetch(), math.MaxUint16)
 		}
 		seen[name] = true
 		tq := qc.topology()

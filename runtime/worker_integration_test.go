@@ -959,3 +959,48 @@ func TestIntegrationWorkerNeverAcksAJobWhoseRepublishFailed(t *testing.T) {
 	}
 	t.Logf("handled %d times before the dead-letter queue came back", runsSoFar)
 }
+
+// Concurrency bounds the handlers running at once across queues, below the
+// sum of prefetch; each queue still gets its jobs.
+func TestIntegrationWorkerConcurrencyBoundsHandlers(t *testing.T) {
+	t.Parallel()
+	e := wkSetup(t, "conc")
+	set := e.set(queuey.QueueConfig{Name: "jobs", Prefetch: 10}, queuey.QueueConfig{Name: "other", Prefetch: 10})
+	var mu sync.Mutex
+	running, peak, done := 0, 0, 0
+	work := func() {
+		mu.Lock()
+		running++
+		peak = max(peak, running)
+		mu.Unlock()
+		time.Sleep(50 * time.Millisecond)
+		mu.Lock()
+		running--
+		done++
+		mu.Unlock()
+	}
+	ws := queuey.NewWorkers()
+	queuey.AddWorker(ws, queuey.WorkFunc[wkOK](func(context.Context, *queuey.Job[wkOK]) error { work(); return nil }))
+	queuey.AddWorker(ws, queuey.WorkFunc[wkOther](func(context.Context, *queuey.Job[wkOther]) error { work(); return nil }))
+	p := e.producer(set)
+	for i := range 20 {
+		if _, err := queuey.EnqueueJob(context.Background(), p, wkOK{wkArgs{ID: i}}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := queuey.EnqueueJob(context.Background(), p, wkOther{wkArgs{ID: i}}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.start(set, ws, &queuey.WorkerOptions{Concurrency: 3})
+	wkEventually(t, 15*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return done == 40 }, "40 jobs")
+	mu.Lock()
+	defer mu.Unlock()
+	if peak > 3 || peak < 2 {
+		t.Errorf("at most %d handlers ran at once, want 3 (2 at the least)", peak)
+	}
+}
+
+type wkOther struct{ wkArgs }
+
+func (wkOther) Kind() string  { return "wk.other" }
+func (wkOther) Queue() string { return "other" }

@@ -279,3 +279,26 @@ func TestEnvelopeBodyHelperDecodes(t *testing.T) {
 		t.Fatal(env, err)
 	}
 }
+
+func TestResubscribeBackoffIsJitteredAndCapped(t *testing.T) {
+	t.Parallel()
+	for n := range 40 {
+		bound := min(resubscribeMinBackoff<<min(n, 20), resubscribeMaxBackoff)
+		for range 50 {
+			d := resubscribeBackoff(n)
+			if d < bound/2 || d > bound {
+				t.Fatalf("resubscribeBackoff(%d) = %s, want within [%s, %s]", n, d, bound/2, bound)
+			}
+		}
+	}
+}
+
+func TestWorkerPoolRefusesPrefetchAboveTheAMQPLimit(t *testing.T) {
+	t.Parallel()
+	ws := NewWorkers()
+	AddWorker(ws, WorkFunc[plainArgs](func(context.Context, *Job[plainArgs]) error { return nil }))
+	set := QueueSet{Prefix: "p", Queues: []QueueConfig{{Name: "q1", Prefetch: 70000}}}
+	if _, err := newWorkerPool(set, ws, nil); err == nil {
+		t.Error("a prefetch of 70000 was accepted")
+	}
+}
