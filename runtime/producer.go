@@ -53,7 +53,10 @@ type Producer struct {
 //
 // The producer reconnects by itself when the connection is lost (backing off
 // from 500 ms to 30 s, with jitter) and declares the set again each time;
-// publishes wait for the connection up to their context's deadline.
+// publishes wait for the connection up to their context's deadline. If the
+// first connection fails, NewProducer returns the error rather than retry.
+// ctx is checked before dialling; the dial itself is bounded by the URI's
+// connection_timeout (30 s unless set).
 func NewProducer(ctx context.Context, url string, set QueueSet, opts *ProducerOptions) (*Producer, error) {
 	if err := set.Validate(); err != nil {
 		return nil, err
