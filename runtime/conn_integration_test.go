@@ -1,0 +1,108 @@
+//go:build integration
+
+package queuey
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+func TestIntegrationConnReconnectsAndRunsOnConnect(t *testing.T) {
+	t.Parallel()
+	b := newTestBroker(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	var connects atomic.Int32
+	c, err := dial(ctx, b.url, amqp.Config{}, func(*amqp.Connection) error {
+		connects.Add(1)
+		return nil
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reconnected := c.notifyReconnect(make(chan struct{}, 1))
+	if n := connects.Load(); n != 1 {
+		t.Fatalf("onConnect ran %d times on the first connection", n)
+	}
+	ch, err := c.channel(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Someone else closing the connection under the conn is, to the
+	// watcher, the same as losing it.
+	c.mu.Lock()
+	cur := c.cur
+	c.mu.Unlock()
+	_ = cur.Close()
+	select {
+	case <-reconnected:
+	case <-ctx.Done():
+		t.Fatal("no reconnect")
+	}
+	if !ch.IsClosed() {
+		t.Error("a channel of the lost connection is still open")
+	}
+	if n := connects.Load(); n != 2 {
+		t.Errorf("onConnect ran %d times, want 2", n)
+	}
+	ch, err = c.channel(ctx)
+	if err != nil {
+		t.Fatalf("channel after the reconnect: %v", err)
+	}
+	if err := ch.Qos(1, 0, false); err != nil { // a round trip on the new connection
+		t.Errorf("channel after the reconnect: %v", err)
+	}
+
+	if err := c.close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	if _, ok := <-reconnected; ok {
+		t.Error("the reconnect listener was not closed")
+	}
+	if _, err := c.channel(ctx); !errors.Is(err, ErrClosed) {
+		t.Errorf("channel after close = %v, want ErrClosed", err)
+	}
+	if err := c.close(); !errors.Is(err, ErrClosed) {
+		t.Errorf("second close = %v, want ErrClosed", err)
+	}
+}
+
+func TestIntegrationConnFailsFastWhenTheFirstOnConnectFails(t *testing.T) {
+	t.Parallel()
+	b := newTestBroker(t)
+	boom := errors.New("boom")
+	_, err := dial(t.Context(), b.url, amqp.Config{}, func(*amqp.Connection) error { return boom }, nil)
+	if !errors.Is(err, boom) {
+		t.Errorf("dial = %v, want the onConnect error", err)
+	}
+	_, err = dial(t.Context(), "amqp://guest:guest@127.0.0.1:1/", amqp.Config{}, nil, nil)
+	if err == nil {
+		t.Error("dial to a closed port succeeded")
+	}
+}
+
+func TestIntegrationWrappedConnIsNotRedialled(t *testing.T) {
+	t.Parallel()
+	b := newTestBroker(t)
+	ac, err := amqp.Dial(b.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := wrapConn(ac, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.close() })
+	_ = ac.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	eventually(t, 5*time.Second, 10*time.Millisecond, "channel still opens on a closed connection", func() bool {
+		_, err := c.channel(ctx)
+		return err != nil && !errors.Is(err, context.DeadlineExceeded)
+	})
+}
