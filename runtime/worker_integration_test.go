@@ -965,7 +965,7 @@ func TestIntegrationWorkerNeverAcksAJobWhoseRepublishFailed(t *testing.T) {
 func TestIntegrationWorkerConcurrencyBoundsHandlers(t *testing.T) {
 	t.Parallel()
 	e := wkSetup(t, "conc")
-	set := e.set(queuey.QueueConfig{Name: "jobs", Prefetch: 10}, queuey.QueueConfig{Name: "other", Prefetch: 10})
+	set := e.set(queuey.QueueConfig{Name: "jobs", Prefetch: 10}, queuey.QueueConfig{Name: "other", Prefetch: 4})
 	var mu sync.Mutex
 	running, peak, done := 0, 0, 0
 	work := func() {
@@ -993,6 +993,28 @@ func TestIntegrationWorkerConcurrencyBoundsHandlers(t *testing.T) {
 	}
 	e.start(set, ws, &queuey.WorkerOptions{Concurrency: 3})
 	wkEventually(t, 15*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return done == 40 }, "40 jobs")
+
+	// Each queue's consumer has the queue's own prefetch.
+	want := map[string]int{set.WorkQueue("jobs"): 10, set.WorkQueue("other"): 4}
+	got := map[string]int{}
+	wkEventually(t, 15*time.Second, func() bool {
+		cs, err := e.mgmt.ListConsumersIn("/")
+		if err != nil {
+			return false
+		}
+		clear(got)
+		for _, c := range cs {
+			if _, ours := want[c.Queue.Name]; ours {
+				got[c.Queue.Name] = c.PrefetchCount
+			}
+		}
+		return len(got) == len(want)
+	}, "the management API to list the pool's consumers")
+	for q, n := range want {
+		if got[q] != n {
+			t.Errorf("consumer of %s has prefetch %d, want %d", q, got[q], n)
+		}
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	if peak > 3 || peak < 2 {
@@ -1004,3 +1026,46 @@ type wkOther struct{ wkArgs }
 
 func (wkOther) Kind() string  { return "wk.other" }
 func (wkOther) Queue() string { return "other" }
+
+// A Stop whose context ends before the jobs do cancels the handlers and
+// settles their jobs as failures: they are retried, not lost.
+func TestIntegrationWorkerStopTimeoutRetriesRunningJobs(t *testing.T) {
+	t.Parallel()
+	e := wkSetup(t, "hardstop")
+	set := e.set(queuey.QueueConfig{Name: "jobs", Prefetch: 3})
+	work := set.WorkQueue("jobs")
+	var started runs
+	ws := queuey.NewWorkers()
+	queuey.AddWorker(ws, queuey.WorkFunc[wkOK](func(ctx context.Context, j *queuey.Job[wkOK]) error {
+		started.add(j.JobContext)
+		<-ctx.Done() // runs until cancelled
+		return ctx.Err()
+	}))
+	p := e.producer(set)
+	for i := range 5 {
+		if _, err := queuey.EnqueueJob(context.Background(), p, wkOK{wkArgs{ID: i}}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pool := e.start(set, ws, &queuey.WorkerOptions{RetryGranularity: 100 * time.Millisecond, Retry: &queuey.RetryPolicy{Base: 100 * time.Millisecond}})
+	wkEventually(t, 10*time.Second, func() bool { return started.len() == 3 }, "three jobs running")
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if err := pool.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Stop = %v, want the context's deadline", err)
+	}
+	// The three running jobs went through a hold queue back to the work
+	// queue, at attempt 2; the two never pulled are still there.
+	wkEventually(t, 5*time.Second, func() bool { return e.ready(work) == 5 }, "all five jobs in the work queue (%d)", e.ready(work))
+	attempts := map[int]int{}
+	for _, d := range e.getAll(work) {
+		var env queuey.Envelope
+		if err := json.Unmarshal(d.Body, &env); err != nil {
+			t.Fatal(err)
+		}
+		attempts[env.Attempt]++
+	}
+	if attempts[1] != 2 || attempts[2] != 3 {
+		t.Errorf("attempts in the queue %v, want two at 1 and three at 2", attempts)
+	}
+}
