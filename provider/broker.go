@@ -2,6 +2,8 @@ package provider
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -213,7 +215,15 @@ func (b *broker) brokerDiagnostic(summary, attempted string, err error) (string,
 	var resp rabbithole.ErrorResponse
 	var netErr net.Error
 	var urlErr *url.Error
+	var certErr *tls.CertificateVerificationError
+	var authErr x509.UnknownAuthorityError
+	var hostErr x509.HostnameError
 	switch {
+	case errors.As(err, &certErr) || errors.As(err, &authErr) || errors.As(err, &hostErr):
+		return "Cannot Verify RabbitMQ's Certificate",
+			fmt.Sprintf("The provider tried to %s through the management API at %s, and the server's TLS certificate did not verify. "+
+				"Set ca_file (or QUEUEY_CA_FILE) to the certificate authority that signed it, or, for testing only, insecure = true.\n\n%s",
+				attempted, b.endpoint, err)
 	case strings.Contains(err.Error(), "401 Unauthorized"):
 		return "RabbitMQ Refused The Credentials",
 			fmt.Sprintf("The provider tried to %s through the management API at %s as user %q, and RabbitMQ rejected the username or password. "+
