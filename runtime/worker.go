@@ -74,7 +74,6 @@ type WorkerPool struct {
 	mu       sync.Mutex
 	started  bool
 	stopping bool
-	stopped  bool
 	sessions map[*poolQueue]*session
 
 	consumers sync.WaitGroup // one per queue
@@ -288,9 +287,6 @@ func (p *WorkerPool) Stop(ctx context.Context) error {
 			err = cerr
 		}
 	}
-	p.mu.Lock()
-	p.stopped = true
-	p.mu.Unlock()
 	p.log.Info("queuey: worker pool stopped", "prefix", p.set.Prefix)
 	return err
 }
