@@ -437,7 +437,7 @@ func (p *WorkerPool) settle(q *poolQueue, d amqp.Delivery, o Outcome, took time.
 			env.Deferrals++
 			env.Priority = q.maxPriority
 		}
-		if err := p.pub.publishEnvelopeWith(ctx, env, o.HoldTTL.Milliseconds(), d.Headers); err != nil {
+		if err := p.pub.publishEnvelopeWith(ctx, env, o.HoldTTL.Milliseconds(), withoutDeadLetterHeaders(d.Headers)); err != nil {
 			p.requeue(d, q, o, err)
 			return
 		}
@@ -546,6 +546,24 @@ func deadLetterPublishing(d amqp.Delivery, reason, work string, attempts int) am
 		// publishing connection's user).
 		Body: d.Body,
 	}
+}
+
+// withoutDeadLetterHeaders copies h without the headers a dead letter gets,
+// so that a dead letter replayed into its work queue and then retried does
+// not carry the reason it died the first time.
+func withoutDeadLetterHeaders(h amqp.Table) amqp.Table {
+	if h == nil {
+		return nil
+	}
+	out := make(amqp.Table, len(h))
+	for k, v := range h {
+		switch k {
+		case topology.HeaderDeathReason, topology.HeaderOriginalQueue, topology.HeaderAttempts:
+		default:
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // headerInt reads an integer header of any AMQP integer width, or 0.

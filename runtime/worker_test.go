@@ -114,7 +114,8 @@ func (b *settleBundle) deliver(t *testing.T, body []byte) {
 	d := amqp.Delivery{
 		Acknowledger: fakeAck{b.events}, Body: body, ContentType: "application/json", MessageId: "m1", Type: "plain",
 		Priority: 3, CorrelationId: "corr", Expiration: "60000", UserId: "guest",
-		Headers: amqp.Table{"x-death": []any{amqp.Table{"count": int64(1)}}, "x-first-death-queue": "p.q1.deferred.100", "x-last-death-reason": "expired", "custom": "kept", topology.HeaderAttempt: int64(2)},
+		Headers: amqp.Table{"x-death": []any{amqp.Table{"count": int64(1)}}, "x-first-death-queue": "p.q1.deferred.100", "x-last-death-reason": "expired", "custom": "kept", topology.HeaderAttempt: int64(2),
+			topology.HeaderDeathReason: "replayed", topology.HeaderOriginalQueue: "p.q1", topology.HeaderAttempts: int64(3)},
 	}
 	b.pool.handle(b.q, d)
 }
@@ -187,6 +188,9 @@ func TestWorkerPoolSettleRetryPublishesThenAcks(t *testing.T) {
 	}
 	if b.pub.hdrs[0]["custom"] != "kept" {
 		t.Errorf("headers not carried over: %v", b.pub.hdrs[0])
+	}
+	if _, stale := b.pub.hdrs[0][topology.HeaderDeathReason]; stale {
+		t.Errorf("a replayed dead letter's reason was carried into its retry: %v", b.pub.hdrs[0])
 	}
 }
 
