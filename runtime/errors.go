@@ -50,6 +50,12 @@ func (e *PreconditionError) Error() string {
 	if e.Argument != "" {
 		arg = "argument " + e.Argument + " differs"
 	}
+	if _, _, hold := topology.ParseHoldName(e.Queue); hold {
+		// Nothing migrates a hold queue: its arguments follow from its
+		// name, so one that differs was made by hand or by other software.
+		return fmt.Sprintf("hold queue %q already exists and %s from the arguments its name implies (%s); queuey declares hold queues itself: delete this one, after moving out any messages it holds, and the next delayed publish declares it correctly",
+			e.Queue, arg, e.Detail)
+	}
 	return fmt.Sprintf("queue %q already exists and %s from this configuration (%s); RabbitMQ cannot change a queue's arguments in place: change the configuration to match, or migrate the queue (terraform apply with queuey_queue_set moves its messages losslessly)",
 		e.Queue, arg, e.Detail)
 }

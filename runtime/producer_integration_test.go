@@ -647,6 +647,9 @@ func TestIntegrationRefusedHoldDeclarationFailsOnlyThatPublish(t *testing.T) {
 		if !errors.As(err, &pe) || pe.Queue != bad || pe.Argument == "" {
 			t.Fatalf("EnqueueAfter onto a hand-made hold queue = %v, want a *PreconditionError naming %s and an argument", err, bad)
 		}
+		if !strings.Contains(err.Error(), "delete this one") {
+			t.Errorf("error %q does not say how to fix a hold queue", err)
+		}
 	}
 	if _, err := p.Enqueue(ctx, "jobs", "t", nil, nil); err != nil {
 		t.Errorf("Enqueue after a refused hold declaration: %v", err)

@@ -181,6 +181,19 @@ func TestDeclareErrorParsesPreconditionFailed(t *testing.T) {
 	}
 }
 
+func TestPreconditionErrorOnAHoldQueueSaysToDeleteIt(t *testing.T) {
+	t.Parallel()
+	reason := "PRECONDITION_FAILED - inequivalent arg 'x-message-ttl' for queue 'a.b.deferred.1000' in vhost '/': received the value '1000' of type 'long' but current is none"
+	err := declareError("a.b.deferred.1000", &amqp.Error{Code: amqp.PreconditionFailed, Reason: reason, Server: true})
+	if msg := err.Error(); !strings.Contains(msg, "hold queue") || !strings.Contains(msg, "delete this one") || strings.Contains(msg, "terraform") {
+		t.Errorf("Error() = %q, want advice to delete a hold queue, not to migrate it", msg)
+	}
+	work := declareError("a.b", &amqp.Error{Code: amqp.PreconditionFailed, Reason: reason, Server: true})
+	if !strings.Contains(work.Error(), "migrate") {
+		t.Errorf("Error() = %q, want advice to migrate a work queue", work)
+	}
+}
+
 func TestDeclareErrorWrapsOtherErrors(t *testing.T) {
 	t.Parallel()
 	err := declareError("a.b", amqp.ErrClosed)
