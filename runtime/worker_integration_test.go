@@ -376,7 +376,10 @@ func TestIntegrationWorkerRetriesThroughHoldQueues(t *testing.T) {
 		}
 		return nil
 	}))
-	const step = 300 * time.Millisecond
+	// Steps of 500 ms keep each hold queue alive (x-expires, twice its TTL)
+	// for at least a second, long enough for the management API poll to see
+	// it on a busy broker.
+	const step = 500 * time.Millisecond
 	e.start(set, ws, &queuey.WorkerOptions{
 		Retry:            &queuey.RetryPolicy{Strategy: queuey.RetryExponential, MaxAttempts: 5, Base: step, Factor: 2},
 		RetryGranularity: step,
@@ -386,7 +389,7 @@ func TestIntegrationWorkerRetriesThroughHoldQueues(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	wkEventually(t, 15*time.Second, func() bool { return r.len() >= 3 }, "three runs")
+	wkEventually(t, 20*time.Second, func() bool { return r.len() >= 3 }, "three runs")
 	time.Sleep(1500 * time.Millisecond) // nothing more may come
 	jobs, at := r.snapshot()
 	if len(jobs) != 3 {
@@ -626,7 +629,7 @@ func TestIntegrationWorkerRetriesPanicsAndTimeouts(t *testing.T) {
 	queuey.AddWorker(ws, queuey.WorkFunc[wkSlowpoke](func(ctx context.Context, j *queuey.Job[wkSlowpoke]) error {
 		slow.add(j.JobContext)
 		if j.Attempt == 1 {
-			time.Sleep(2 * time.Second) // ignores ctx: the pool must not wait for it
+			time.Sleep(5 * time.Second) // ignores ctx: the pool must not wait for it
 		}
 		return nil
 	}))
@@ -644,7 +647,7 @@ func TestIntegrationWorkerRetriesPanicsAndTimeouts(t *testing.T) {
 		t.Fatal(err)
 	}
 	wkEventually(t, 10*time.Second, func() bool { return panicky.len() >= 2 && slow.len() >= 2 }, "both jobs to run twice")
-	if el := time.Since(start); el > 1800*time.Millisecond {
+	if el := time.Since(start); el > 4*time.Second {
 		t.Errorf("the timed-out job was retried after %s: the pool waited for a handler past its timeout", el)
 	}
 	time.Sleep(500 * time.Millisecond)
