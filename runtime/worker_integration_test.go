@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"slices"
@@ -38,14 +39,14 @@ func wkEnvOr(key, def string) string {
 func wkAMQPURL() string { return wkEnvOr("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/") }
 
 type wkEnv struct {
-	t      *testing.T
+	t      testing.TB
 	prefix string
 	mgmt   *rabbithole.Client
 	conn   *amqp.Connection
 	log    *wkLog
 }
 
-func wkSetup(t *testing.T, tag string) *wkEnv {
+func wkSetup(t testing.TB, tag string) *wkEnv {
 	t.Helper()
 	conn, err := amqp.Dial(wkAMQPURL())
 	if err != nil {
@@ -84,6 +85,11 @@ func (e *wkEnv) set(queues ...queuey.QueueConfig) queuey.QueueSet {
 }
 
 func (e *wkEnv) logger() *slog.Logger { return slog.New(e.log) }
+
+// wkQuiet is a logger for benchmarks: warnings and errors only, discarded.
+func wkQuiet() *slog.Logger {
+	return slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
 
 // start builds and starts a pool that is stopped when the test ends.
 func (e *wkEnv) start(set queuey.QueueSet, ws *queuey.Workers, opts *queuey.WorkerOptions) *queuey.WorkerPool {
@@ -244,7 +250,7 @@ func (e *wkEnv) connectionsOf(want int) []string {
 	return names
 }
 
-func wkEventually(t *testing.T, within time.Duration, cond func() bool, format string, args ...any) {
+func wkEventually(t testing.TB, within time.Duration, cond func() bool, format string, args ...any) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for !cond() {
