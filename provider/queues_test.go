@@ -208,13 +208,16 @@ func TestHeldMessages(t *testing.T) {
 		"p.a.deferred.30000": {Name: "p.a.deferred.30000", Messages: 2},
 		"p.ab.deferred.5":    {Name: "p.ab.deferred.5", Messages: 9},
 	}
-	got := heldMessages(existing, "p.a", true, true)
+	got := heldMessages(existing, "p.a", true, true, true)
 	want := []string{`queue "p.a" holds 1 message`, `queue "p.a.deferred.30000" holds 2 messages`, `queue "p.a.dead" holds 3 messages`}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("heldMessages = %q, want %q", got, want)
 	}
-	if got := heldMessages(existing, "p.a", false, true); len(got) != 1 {
+	if got := heldMessages(existing, "p.a", false, false, true); len(got) != 1 {
 		t.Errorf("heldMessages of the dead queue alone = %q", got)
+	}
+	if got := heldMessages(existing, "p.a", true, false, false); len(got) != 1 {
+		t.Errorf("heldMessages of the work queue alone = %q", got)
 	}
 }
 

@@ -367,7 +367,7 @@ func (r *queueSetResource) Update(ctx context.Context, req resource.UpdateReques
 		}
 		if !force {
 			for _, name := range removed {
-				if held := heldMessages(existing, topology.WorkName(prefix, name), true, true); len(held) > 0 {
+				if held := heldMessages(existing, topology.WorkName(prefix, name), true, true, true); len(held) > 0 {
 					resp.Diagnostics.AddAttributeError(path.Root("queues").AtMapKey(name), "Queue Holds Messages",
 						fmt.Sprintf("Queue %q was removed from the configuration, but in virtual host %q %s. Deleting it would discard them, so nothing was changed. "+
 							"Drain them first, or set force_destroy = true to discard them.", name, vhost, strings.Join(held, ", ")))
@@ -375,7 +375,7 @@ func (r *queueSetResource) Update(ctx context.Context, req resource.UpdateReques
 			}
 			for _, name := range sortedKeys(changes) {
 				c := changes[name]
-				if held := heldMessages(existing, topology.WorkName(prefix, name), c.Work, c.Dead); len(held) > 0 {
+				if held := heldMessages(existing, topology.WorkName(prefix, name), c.Work, false, c.Dead); len(held) > 0 {
 					resp.Diagnostics.AddAttributeError(path.Root("queues").AtMapKey(name), "Queue Holds Messages",
 						fmt.Sprintf("Queue %q must be replaced to change %s, but in virtual host %q %s. Replacing deletes the queue with its messages, so nothing was changed. "+
 							"Drain it first, or set force_destroy = true to discard them. (Replacing a queue without losing its messages is planned for a later version.)",
@@ -476,7 +476,8 @@ func (r *queueSetResource) Update(ctx context.Context, req resource.UpdateReques
 	// message_ttl rewritten from "90s" to "1m30s" is recorded as written.
 	for name, q := range after {
 		if _, ok := before[name]; ok {
-			if _, changed := changes[name]; !changed {
+			_, changed := changes[name]
+			if !changed && !restore[name] {
 				result[name] = q
 			}
 		}
@@ -516,7 +517,7 @@ func (r *queueSetResource) Delete(ctx context.Context, req resource.DeleteReques
 	if !force {
 		var held []string
 		for _, name := range sortedKeys(queues) {
-			held = append(held, heldMessages(existing, topology.WorkName(prefix, name), true, true)...)
+			held = append(held, heldMessages(existing, topology.WorkName(prefix, name), true, true, true)...)
 		}
 		if len(held) > 0 {
 			resp.Diagnostics.AddError("Queue Set Holds Messages",
@@ -861,19 +862,21 @@ func specFor(prefix, name string, q queueModel) (queueSpec, error) {
 }
 
 // heldMessages lists where messages of work's queues are, as "queue
-// \"p.x.dead\" holds 3 messages", looking at the work queue and its hold
-// queues when work is set and the dead-letter queue when dead is.
-func heldMessages(existing map[string]brokerQueue, workName string, work, dead bool) []string {
+// \"p.x.dead\" holds 3 messages", looking at the work queue, its hold
+// queues and its dead-letter queue as asked.
+func heldMessages(existing map[string]brokerQueue, workName string, work, holds, dead bool) []string {
 	var names []string
 	if work {
 		names = append(names, workName)
-		var holds []string
+	}
+	if holds {
+		var found []string
 		for n := range existing {
 			if held, _, ok := topology.ParseHoldName(n); ok && held == workName {
-				holds = append(holds, n)
+				found = append(found, n)
 			}
 		}
-		names = append(names, sortedKeys(setOf(holds))...)
+		names = append(names, sortedKeys(setOf(found))...)
 	}
 	if dead {
 		names = append(names, topology.DeadName(workName))
