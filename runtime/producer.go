@@ -37,8 +37,7 @@ type Producer struct {
 	declSem chan struct{} // held while using declCh
 	declCh  *amqp.Channel
 
-	flightMu sync.Mutex
-	flights  map[string]*flight
+	flights flights // hold-queue declarations in progress
 
 	mu       sync.RWMutex
 	closed   bool
@@ -129,7 +128,6 @@ func newProducer(c *conn, ownConn bool, set *QueueSet, prefix string, opts *Prod
 		prefix:  prefix,
 		pool:    make(chan *pubChannel, o.Channels),
 		declSem: make(chan struct{}, 1),
-		flights: map[string]*flight{},
 	}
 	for range o.Channels {
 		p.pool <- &pubChannel{}
@@ -189,8 +187,8 @@ func (p *Producer) EnqueueAfter(ctx context.Context, queue, jobType string, payl
 
 // Defer publishes a job that comes back after delay ahead of the backlog:
 // once its hold queue returns it, it has the queue's max priority (RabbitMQ
-// delivers higher priorities first), for that one round. It is counted as
-// one deferral. The delay is rounded up to the producer's DeferGranularity;
+// delivers higher priorities first), for that one round; on a queue without
+// priorities it simply comes back at the end. It is counted as one deferral. The delay is rounded up to the producer's DeferGranularity;
 // otherwise Defer is like EnqueueAfter.
 func (p *Producer) Defer(ctx context.Context, queue, jobType string, payload any, delay time.Duration, opts *EnqueueOptions) (string, error) {
 	return p.enqueueHeld(ctx, queue, jobType, payload, delay, p.opts.DeferGranularity, true, opts)

@@ -59,6 +59,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -369,40 +370,69 @@ func (p *Producer) publishOnce(ctx context.Context, pc *pubChannel, out []outgoi
 	}
 }
 
-// flight is one hold-queue declaration in progress, shared by the publishes
-// that need it while it runs and forgotten when it ends.
+// declareHold declares a hold queue immediately before a held publish. It is
+// never cached: the redeclaration renews x-expires, and a producer that
+// remembered the queue existed would let the broker delete it while in use.
+// Publishes that arrive while a declaration of the same queue is in flight
+// share it instead of starting another.
+func (p *Producer) declareHold(ctx context.Context, hold, work string, ttlMs int64, durable bool) error {
+	return p.flights.do(ctx, hold, func(ctx context.Context) error {
+		return p.declareOnDeclChannel(ctx, hold, durable, topology.HoldArgs(work, ttlMs))
+	})
+}
+
+// flights shares calls in progress by key, and remembers nothing once a call
+// has ended: a singleflight.
+type flights struct {
+	mu sync.Mutex
+	m  map[string]*flight
+}
+
+// flight is one call in progress.
 type flight struct {
 	done chan struct{}
 	err  error
 }
 
-// declareHold declares a hold queue immediately before a held publish. It is
-// never cached: the redeclaration renews x-expires, and a producer that
-// remembered the queue existed would let the broker delete it while in use.
-// Publishes that arrive while a declaration of the same queue is in flight
-// wait for it instead of starting another.
-func (p *Producer) declareHold(ctx context.Context, hold, work string, ttlMs int64, durable bool) error {
-	p.flightMu.Lock()
-	f, inFlight := p.flights[hold]
-	if !inFlight {
-		f = &flight{done: make(chan struct{})}
-		p.flights[hold] = f
-	}
-	p.flightMu.Unlock()
-	if inFlight {
+// do runs fn for key, or, when a call for key is already running, waits for
+// it and returns its result. A shared call that failed only because the
+// context of the caller that ran it ended is run again for a caller whose
+// context is still live.
+func (fs *flights) do(ctx context.Context, key string, fn func(context.Context) error) error {
+	for {
+		fs.mu.Lock()
+		if fs.m == nil {
+			fs.m = map[string]*flight{}
+		}
+		f, inFlight := fs.m[key]
+		if !inFlight {
+			f = &flight{done: make(chan struct{})}
+			fs.m[key] = f
+		}
+		fs.mu.Unlock()
+
+		if !inFlight {
+			f.err = fn(ctx)
+			fs.mu.Lock()
+			delete(fs.m, key)
+			fs.mu.Unlock()
+			close(f.done)
+			return f.err
+		}
 		select {
 		case <-f.done:
-			return f.err
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+		if isContextError(f.err) && ctx.Err() == nil {
+			continue
+		}
+		return f.err
 	}
-	f.err = p.declareOnDeclChannel(ctx, hold, durable, topology.HoldArgs(work, ttlMs))
-	p.flightMu.Lock()
-	delete(p.flights, hold)
-	p.flightMu.Unlock()
-	close(f.done)
-	return f.err
+}
+
+func isContextError(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // declareOnDeclChannel declares a queue on the declaration channel, which is

@@ -1,12 +1,14 @@
 package queuey
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -335,5 +337,96 @@ func TestBatchError(t *testing.T) {
 	}
 	if want := `queuey: 2 of 4 jobs of the batch were not enqueued; job 1: queuey: publish to "p.x": job was unroutable`; err.Error() != want {
 		t.Errorf("Error() = %q, want %q", err, want)
+	}
+}
+
+func TestFlightsShareACallInProgressAndForgetIt(t *testing.T) {
+	t.Parallel()
+	var fs flights
+	var calls atomic.Int32
+	release := make(chan struct{})
+	started := make(chan struct{})
+	boom := errors.New("refused")
+	fn := func(context.Context) error {
+		if calls.Add(1) == 1 {
+			close(started)
+		}
+		<-release
+		return boom
+	}
+	errs := make(chan error, 10)
+	go func() { errs <- fs.do(t.Context(), "q.deferred.1000", fn) }()
+	<-started
+	for range 9 {
+		go func() { errs <- fs.do(t.Context(), "q.deferred.1000", fn) }()
+	}
+	// Let the followers reach the flight before it lands.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		fs.mu.Lock()
+		n := len(fs.m)
+		fs.mu.Unlock()
+		if n == 1 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond)
+	close(release)
+	for range 10 {
+		if err := <-errs; !errors.Is(err, boom) {
+			t.Errorf("shared result = %v, want %v", err, boom)
+		}
+	}
+	if n := calls.Load(); n < 1 || n > 10 {
+		t.Fatalf("%d calls", n)
+	}
+	t.Logf("10 callers, %d calls", calls.Load())
+
+	// Nothing is remembered: the next call runs again.
+	before := calls.Load()
+	if err := fs.do(t.Context(), "q.deferred.1000", func(context.Context) error { calls.Add(1); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if calls.Load() != before+1 {
+		t.Error("a finished call was remembered")
+	}
+	if len(fs.m) != 0 {
+		t.Errorf("%d flights left", len(fs.m))
+	}
+}
+
+func TestFlightsRetryWhenTheLeadersContextEnded(t *testing.T) {
+	t.Parallel()
+	var fs flights
+	leaderCtx, cancelLeader := context.WithCancel(t.Context())
+	started := make(chan struct{})
+	leaderDone := make(chan error, 1)
+	go func() {
+		leaderDone <- fs.do(leaderCtx, "k", func(ctx context.Context) error {
+			close(started)
+			<-ctx.Done()
+			return fmt.Errorf("declare: %w", ctx.Err())
+		})
+	}()
+	<-started
+	followerDone := make(chan error, 1)
+	var followerCalls atomic.Int32
+	go func() {
+		followerDone <- fs.do(t.Context(), "k", func(context.Context) error {
+			followerCalls.Add(1)
+			return nil
+		})
+	}()
+	time.Sleep(20 * time.Millisecond) // the follower waits on the leader's flight
+	cancelLeader()
+	if err := <-leaderDone; !errors.Is(err, context.Canceled) {
+		t.Errorf("leader = %v, want its own cancellation", err)
+	}
+	if err := <-followerDone; err != nil {
+		t.Errorf("follower = %v, want it to declare again under its own context", err)
+	}
+	if followerCalls.Load() != 1 {
+		t.Errorf("follower ran %d calls, want 1", followerCalls.Load())
 	}
 }
