@@ -3,14 +3,17 @@ package provider
 import (
 	"context"
 	"fmt"
+	"os"
 	"reflect"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 	"github.com/hashicorp/terraform-plugin-testing/plancheck"
+	"github.com/hashicorp/terraform-plugin-testing/terraform"
 
 	"github.com/queuey/terraform-provider-queuey/runtime/topology"
 )
@@ -525,4 +528,52 @@ func (c changedQueuesCheck) CheckPlan(_ context.Context, req plancheck.CheckPlan
 		return
 	}
 	resp.Error = fmt.Errorf("%s: not in the plan", c.address)
+}
+
+// TestAccQueueSet_example applies the documented example, so that the docs
+// cannot show a configuration that does not work.
+func TestAccQueueSet_example(t *testing.T) {
+	b := newTestBroker(t)
+	p := b.uniquePrefix("example")
+	example, err := os.ReadFile("../examples/resources/queuey_queue_set/resource.tf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := strings.ReplaceAll(string(example), `"myapp"`, strconv.Quote(p))
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: testAccProviders,
+		CheckDestroy:             b.checkDestroyed(p),
+		Steps: []resource.TestStep{{
+			Config: b.providerBlock("") + cfg,
+			Check: resource.ComposeAggregateTestCheckFunc(
+				b.checkQueues(p, map[string]wantQueue{
+					work(p, "emails"):   {true, map[string]any{topology.ArgMaxPriority: int64(10)}},
+					dead(p, "emails"):   {true, map[string]any{}},
+					work(p, "reports"):  {true, map[string]any{topology.ArgMessageTTL: int64(86400000)}},
+					dead(p, "reports"):  {true, map[string]any{}},
+					work(p, "webhooks"): {true, map[string]any{topology.ArgMaxPriority: int64(5), topology.ArgMessageTTL: int64(90000)}},
+					dead(p, "webhooks"): {true, map[string]any{}},
+				}),
+				resource.TestCheckOutput("emails_queue", work(p, "emails")),
+			),
+		}, {
+			// The documented import id form. The example writes "90s",
+			// which an import reads back in its canonical form, as the
+			// docs say; everything else round-trips.
+			ResourceName:            "queuey_queue_set.example",
+			ImportState:             true,
+			ImportStateId:           p + "@/",
+			ImportStateVerify:       true,
+			ImportStateVerifyIgnore: []string{"queues.webhooks.message_ttl"},
+			ImportStateCheck: func(states []*terraform.InstanceState) error {
+				if len(states) != 1 {
+					return fmt.Errorf("imported %d resources, want 1", len(states))
+				}
+				if got := states[0].Attributes["queues.webhooks.message_ttl"]; got != "1m30s" {
+					return fmt.Errorf("imported message_ttl = %q, want the canonical 1m30s", got)
+				}
+				return nil
+			},
+		}},
+	})
 }
