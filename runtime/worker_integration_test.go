@@ -340,27 +340,27 @@ type wkSlowpoke struct{ wkArgs }
 func (wkSlowpoke) Kind() string  { return "wk.slowpoke" }
 func (wkSlowpoke) Queue() string { return "jobs" }
 
-// runs records handler runs.
-type runs struct {
+// wkRuns records handler runs.
+type wkRuns struct {
 	mu   sync.Mutex
 	jobs []queuey.JobContext
 	at   []time.Time
 }
 
-func (r *runs) add(jc queuey.JobContext) {
+func (r *wkRuns) add(jc queuey.JobContext) {
 	r.mu.Lock()
 	r.jobs = append(r.jobs, jc)
 	r.at = append(r.at, time.Now())
 	r.mu.Unlock()
 }
 
-func (r *runs) len() int {
+func (r *wkRuns) len() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.jobs)
 }
 
-func (r *runs) snapshot() ([]queuey.JobContext, []time.Time) {
+func (r *wkRuns) snapshot() ([]queuey.JobContext, []time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.jobs), slices.Clone(r.at)
@@ -373,7 +373,7 @@ func TestIntegrationWorkerRetriesThroughHoldQueues(t *testing.T) {
 	work := set.WorkQueue("jobs")
 	held := e.watchHoldQueues(work)
 
-	var r runs
+	var r wkRuns
 	ws := queuey.NewWorkers()
 	queuey.AddWorker(ws, queuey.WorkFunc[wkFlaky](func(_ context.Context, j *queuey.Job[wkFlaky]) error {
 		r.add(j.JobContext)
@@ -453,7 +453,7 @@ func TestIntegrationWorkerDeadLettersExhaustedAndFatal(t *testing.T) {
 	set := e.set(queuey.QueueConfig{Name: "jobs"})
 	work, dead := set.WorkQueue("jobs"), set.DeadQueue("jobs")
 
-	var always, fatal runs
+	var always, fatal wkRuns
 	var hooked []queuey.DeadLetter
 	var hookMu sync.Mutex
 	ws := queuey.NewWorkers()
@@ -551,7 +551,7 @@ func TestIntegrationWorkerDeferComesBackAheadOfBacklog(t *testing.T) {
 	t.Parallel()
 	e := wkSetup(t, "defer")
 	set := e.set(queuey.QueueConfig{Name: "jobs", Prefetch: 1})
-	var deferrer runs
+	var deferrer wkRuns
 	var mu sync.Mutex
 	slowDone := 0
 	slowDoneAtReturn := -1
@@ -622,7 +622,7 @@ func TestIntegrationWorkerRetriesPanicsAndTimeouts(t *testing.T) {
 	t.Parallel()
 	e := wkSetup(t, "panic")
 	set := e.set(queuey.QueueConfig{Name: "jobs"})
-	var panicky, slow runs
+	var panicky, slow wkRuns
 	ws := queuey.NewWorkers()
 	queuey.AddWorker(ws, queuey.WorkFunc[wkPanicky](func(_ context.Context, j *queuey.Job[wkPanicky]) error {
 		panicky.add(j.JobContext)
@@ -657,7 +657,7 @@ func TestIntegrationWorkerRetriesPanicsAndTimeouts(t *testing.T) {
 		t.Errorf("the timed-out job was retried after %s: the pool waited for a handler past its timeout", el)
 	}
 	time.Sleep(500 * time.Millisecond)
-	for name, r := range map[string]*runs{"panic": &panicky, "timeout": &slow} {
+	for name, r := range map[string]*wkRuns{"panic": &panicky, "timeout": &slow} {
 		jobs, _ := r.snapshot()
 		if len(jobs) != 2 || jobs[0].Attempt != 1 || jobs[1].Attempt != 2 {
 			t.Errorf("%s: runs %+v, want attempts 1 and 2", name, jobs)
@@ -682,7 +682,7 @@ func TestIntegrationWorkerMalformedAndUnknownDoNotStall(t *testing.T) {
 	e := wkSetup(t, "malformed")
 	set := e.set(queuey.QueueConfig{Name: "jobs", Prefetch: 1})
 	work, dead := set.WorkQueue("jobs"), set.DeadQueue("jobs")
-	var ok runs
+	var ok wkRuns
 	ws := queuey.NewWorkers()
 	queuey.AddWorker(ws, queuey.WorkFunc[wkOK](func(_ context.Context, j *queuey.Job[wkOK]) error {
 		ok.add(j.JobContext)
@@ -871,7 +871,7 @@ func TestIntegrationWorkerResumesAfterQueueRecreated(t *testing.T) {
 	qc := queuey.QueueConfig{Name: "jobs"}
 	set := e.set(qc)
 	work := set.WorkQueue("jobs")
-	var ok runs
+	var ok wkRuns
 	ws := queuey.NewWorkers()
 	queuey.AddWorker(ws, queuey.WorkFunc[wkOK](func(_ context.Context, j *queuey.Job[wkOK]) error {
 		ok.add(j.JobContext)
@@ -921,7 +921,7 @@ func TestIntegrationWorkerNeverAcksAJobWhoseRepublishFailed(t *testing.T) {
 	e := wkSetup(t, "nopub")
 	set := e.set(queuey.QueueConfig{Name: "jobs"})
 	work, dead := set.WorkQueue("jobs"), set.DeadQueue("jobs")
-	var fatal runs
+	var fatal wkRuns
 	ws := queuey.NewWorkers()
 	queuey.AddWorker(ws, queuey.WorkFunc[wkFatal](func(_ context.Context, j *queuey.Job[wkFatal]) error {
 		fatal.add(j.JobContext)
@@ -1043,7 +1043,7 @@ func TestIntegrationWorkerStopTimeoutRetriesRunningJobs(t *testing.T) {
 	e := wkSetup(t, "hardstop")
 	set := e.set(queuey.QueueConfig{Name: "jobs", Prefetch: 3})
 	work := set.WorkQueue("jobs")
-	var started runs
+	var started wkRuns
 	ws := queuey.NewWorkers()
 	queuey.AddWorker(ws, queuey.WorkFunc[wkOK](func(ctx context.Context, j *queuey.Job[wkOK]) error {
 		started.add(j.JobContext)
