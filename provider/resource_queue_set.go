@@ -373,6 +373,8 @@ func (r *queueSetResource) Update(ctx context.Context, req resource.UpdateReques
 							"Drain them first, or set force_destroy = true to discard them.", name, vhost, strings.Join(held, ", ")))
 				}
 			}
+			// Replacing is losing messages until replaceQueue moves them
+			// aside; a lossless replaceQueue makes this check go away.
 			for _, name := range sortedKeys(changes) {
 				c := changes[name]
 				if held := heldMessages(existing, topology.WorkName(prefix, name), c.Work, false, c.Dead); len(held) > 0 {
