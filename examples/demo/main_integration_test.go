@@ -1,0 +1,99 @@
+//go:build integration
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	rabbithole "github.com/michaelklishin/rabbit-hole/v2"
+)
+
+// TestIntegrationDemo runs the end-to-end example under a prefix of its own,
+// so that the example cannot rot: each of its four outcomes, the hold queues'
+// life cycle and the dead letter's headers are checked.
+func TestIntegrationDemo(t *testing.T) {
+	cfg := config{
+		amqpURL:    envOr("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"),
+		endpoint:   envOr("QUEUEY_ENDPOINT", "http://127.0.0.1:15672"),
+		username:   envOr("QUEUEY_USERNAME", "guest"),
+		password:   envOr("QUEUEY_PASSWORD", "guest"),
+		prefix:     fmt.Sprintf("demo-test-%d", time.Now().UnixNano()),
+		holdExpiry: 20 * time.Second,
+	}
+	mgmt, err := rabbithole.NewClient(cfg.endpoint, cfg.username, cfg.password)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		queues, _ := mgmt.ListQueuesIn("/")
+		for _, q := range queues {
+			if strings.HasPrefix(q.Name, cfg.prefix+".") {
+				_, _ = mgmt.DeleteQueue("/", q.Name)
+			}
+		}
+	})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out strings.Builder
+	rep, err := run(ctx, &out, cfg)
+	if testing.Verbose() || err != nil {
+		os.Stdout.WriteString(out.String())
+	}
+	if err != nil {
+		t.Fatalf("demo failed (is RabbitMQ running?): %v", err)
+	}
+
+	want := map[string]struct {
+		outcome             string
+		attempts, deferrals int
+	}{
+		"ada@example.com":   {"sent", 1, 0},
+		"bob@example.com":   {"sent", 1, 1},
+		"carol@example.com": {"sent", 3, 0},
+		"dave@example.com":  {"dead-lettered", 3, 0},
+	}
+	for to, w := range want {
+		if rep.Outcome[to] != w.outcome || rep.Attempts[to] != w.attempts || rep.Deferrals[to] != w.deferrals {
+			t.Errorf("%s: %s after %d attempt(s) and %d deferral(s), want %s after %d and %d",
+				to, rep.Outcome[to], rep.Attempts[to], rep.Deferrals[to], w.outcome, w.attempts, w.deferrals)
+		}
+	}
+	// bob's deferral waits in the 1000 ms hold queue; retries at least in
+	// one of the 500 ms steps' queues.
+	deferred := cfg.prefix + ".emails.deferred.1000"
+	if !contains(rep.HoldQueuesSeen, deferred) {
+		t.Errorf("hold queues seen = %v, want %s among them", rep.HoldQueuesSeen, deferred)
+	}
+	if len(rep.HoldQueuesSeen) == 0 || len(rep.HoldQueuesGone) != len(rep.HoldQueuesSeen) {
+		t.Errorf("hold queues seen %v, deleted themselves %v: want every one seen to delete itself", rep.HoldQueuesSeen, rep.HoldQueuesGone)
+	}
+	if got := rep.DeadLetter["x-original-queue"]; got != cfg.prefix+".emails" {
+		t.Errorf("dead letter x-original-queue = %v, want %s.emails", got, cfg.prefix)
+	}
+	if got := fmt.Sprint(rep.DeadLetter["x-attempts"]); got != "3" {
+		t.Errorf("dead letter x-attempts = %v, want 3", got)
+	}
+	if reason := fmt.Sprint(rep.DeadLetter["x-death-reason"]); !strings.Contains(reason, "550 mailbox does not exist") {
+		t.Errorf("dead letter x-death-reason = %q, want the mail API's answer in it", reason)
+	}
+	for _, line := range []string{"What happened:", "sent", "dead-lettered", "deferred by 1s", "retried with backoff", "<- hold queue"} {
+		if !strings.Contains(out.String(), line) {
+			t.Errorf("output lacks %q", line)
+		}
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
