@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# queuey's main job on a fresh machine: start the broker, build the provider,
+# apply the example queue set with Terraform through a local dev override (no
+# registry download), show that a second plan has nothing to do, then run the
+# end-to-end Go example against the set. Safe to run again and again.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "broker: make sure RabbitMQ and its management API answer"
+bash scripts/broker.sh
+tf=$(bash scripts/terraform.sh)
+
+step "provider: build it into bin/ and point Terraform at it"
+mkdir -p bin
+go build -o bin/terraform-provider-queuey .
+cat >bin/dev.tfrc <<TFRC
+# Written by scripts/demo.sh: Terraform takes queuey/queuey from this
+# repository's build instead of the registry.
+provider_installation {
+  dev_overrides {
+    "queuey/queuey" = "$root/bin"
+  }
+  direct {}
+}
+TFRC
+export TF_CLI_CONFIG_FILE="$root/bin/dev.tfrc" TF_IN_AUTOMATION=1
+
+cd examples/demo/terraform
+step "terraform apply: the queue set aq-example (emails, reports)"
+"$tf" apply -auto-approve -input=false -no-color 2>&1 | grep -v -e '^│' -e '^╷' -e '^╵' -e 'Provider development overrides' || true
+step "terraform plan right after: nothing to change"
+set +e
+"$tf" plan -detailed-exitcode -input=false -no-color >"$root/bin/plan.txt" 2>&1
+code=$?
+set -e
+grep -E 'No changes|Plan:' "$root/bin/plan.txt" || true
+if [ "$code" -ne 0 ]; then
+	cat "$root/bin/plan.txt"
+	echo "demo: terraform plan after apply wanted changes (exit $code); see above" >&2
+	exit 1
+fi
+cd "$root"
+
+step "the end-to-end example: a producer and a worker on aq-example.emails"
+go run ./examples/demo
+
+step "terraform plan after the example ran: still nothing to change"
+cd examples/demo/terraform
+set +e
+"$tf" plan -detailed-exitcode -input=false -no-color >"$root/bin/plan.txt" 2>&1
+code=$?
+set -e
+grep -E 'No changes|Plan:' "$root/bin/plan.txt" || true
+if [ "$code" -ne 0 ]; then
+	cat "$root/bin/plan.txt"
+	echo "demo: terraform plan after the example wanted changes (exit $code)" >&2
+	exit 1
+fi
