@@ -71,6 +71,40 @@ func TestAccQueueSet_create(t *testing.T) {
 				resource.TestCheckResourceAttr(addr, "queues.reports.arguments.x-message-ttl", "90000"),
 				resource.TestCheckResourceAttr(addr, "queues.urgent.arguments.x-message-ttl", "86400000"),
 			),
+		}, {
+			// message_ttl and durable are arguments too: reports alone is
+			// replaced.
+			Config: b.providerBlock("") + setConfig(p, false, `
+    emails  = {}
+    reports = { max_priority = 0, message_ttl = "2m" }
+    urgent  = { max_priority = 255, message_ttl = "24h" }`),
+			ConfigPlanChecks: resource.ConfigPlanChecks{
+				PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction(addr, plancheck.ResourceActionUpdate),
+					expectChangedQueues(addr, "reports"),
+				},
+			},
+			Check: b.checkQueues(p, map[string]wantQueue{
+				work(p, "emails"):  {true, map[string]any{topology.ArgMaxPriority: int64(10)}},
+				dead(p, "emails"):  {true, map[string]any{}},
+				work(p, "reports"): {true, map[string]any{topology.ArgMessageTTL: int64(120000)}},
+				dead(p, "reports"): {true, map[string]any{}},
+				work(p, "urgent"):  {true, map[string]any{topology.ArgMaxPriority: int64(255), topology.ArgMessageTTL: int64(86400000)}},
+				dead(p, "urgent"):  {true, map[string]any{}},
+			}),
+		}, {
+			// The same TTL written another way changes no queue: a
+			// message in reports is still there.
+			PreConfig: func() { b.publish(work(p, "reports"), 1) },
+			Config: b.providerBlock("") + setConfig(p, true, `
+    emails  = {}
+    reports = { max_priority = 0, message_ttl = "120s" }
+    urgent  = { max_priority = 255, message_ttl = "1440m" }`),
+			Check: resource.ComposeAggregateTestCheckFunc(
+				resource.TestCheckResourceAttr(addr, "queues.reports.message_ttl", "120s"),
+				resource.TestCheckResourceAttr(addr, "queues.urgent.message_ttl", "1440m"),
+				b.checkCount(work(p, "reports"), 1),
+			),
 		}},
 	})
 }
