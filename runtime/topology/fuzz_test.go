@@ -70,7 +70,7 @@ func setProblems(s topology.Set) []string {
 		if q.MessageTTL < 0 || q.MessageTTL%time.Millisecond != 0 || q.MessageTTL/time.Millisecond > 1<<32-1 {
 			p = append(p, "ttl")
 		}
-		for _, n := range []string{work, work + ".dead"} {
+		for _, n := range []string{work, work + ".dead", work + ".migrating"} {
 			if seen[n] {
 				p = append(p, "collision "+n)
 			}
@@ -91,6 +91,7 @@ func FuzzValidate(f *testing.F) {
 	f.Add("myapp", "emails", 10, int64(0))
 	f.Add("myapp", "emails,reports,billing", 10, int64(60*time.Second))
 	f.Add("p", "x,x.dead", 10, int64(0))
+	f.Add("p", "x,x.migrating", 10, int64(0))
 	f.Add("p", "x.dead,x", 10, int64(0))
 	f.Add("p", "x,x.deferred.500", 10, int64(0))
 	f.Add("p", "x,x.dead.deferred.500", 10, int64(0))
@@ -174,7 +175,7 @@ func FuzzValidate(f *testing.F) {
 			if strings.HasPrefix(work, "amq.") {
 				t.Fatalf("accepted work queue %q in RabbitMQ's reserved namespace", work)
 			}
-			for _, n := range []string{work, topology.DeadName(work)} {
+			for _, n := range []string{work, topology.DeadName(work), topology.MigrationName(work)} {
 				if names2[n] {
 					t.Fatalf("accepted a set where two queues are named %q", n)
 				}

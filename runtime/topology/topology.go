@@ -54,6 +54,10 @@ const (
 const (
 	// DeadSuffix follows a work queue's name to name its dead-letter queue.
 	DeadSuffix = ".dead"
+	// MigrationSuffix follows a work queue's name to name the temporary
+	// queue its messages wait in while the queue is redeclared with other
+	// arguments.
+	MigrationSuffix = ".migrating"
 	// HoldInfix follows a work queue's name, before the TTL in milliseconds,
 	// to name a hold queue.
 	HoldInfix = ".deferred."
@@ -109,6 +113,16 @@ func WorkName(prefix, name string) string { return prefix + "." + name }
 
 // DeadName is the name of the dead-letter queue of work queue work.
 func DeadName(work string) string { return work + DeadSuffix }
+
+// MigrationName is the name of the temporary queue that holds work's
+// messages during a migration. It is fixed, not random, so that an apply
+// that died halfway finds it and finishes the move.
+func MigrationName(work string) string { return work + MigrationSuffix }
+
+// MigrationArgs are the arguments of a migration queue: none. It is a plain
+// durable classic queue, so that it accepts messages of any priority and
+// keeps them across a broker restart.
+func MigrationArgs() map[string]any { return map[string]any{} }
 
 // HoldName is the name of the hold queue that returns messages to work after
 // ttlMs milliseconds.

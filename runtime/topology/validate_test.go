@@ -438,3 +438,21 @@ func TestNameErrorIs(t *testing.T) {
 		t.Fatalf("ArgumentError matches the wrong sentinels")
 	}
 }
+
+func TestValidateMigrationQueueCollision(t *testing.T) {
+	t.Parallel()
+
+	err := topology.Validate(topology.Set{Prefix: "p", Queues: []topology.Queue{{Name: "x"}, {Name: "x.migrating"}}})
+	if !errors.Is(err, topology.ErrInvalidName) {
+		t.Fatalf("Validate = %v, want a collision with x's migration queue", err)
+	}
+	if !strings.Contains(err.Error(), `"p.x.migrating"`) {
+		t.Fatalf("Validate error = %q, want it to name the broker queue p.x.migrating", err)
+	}
+	if got := topology.MigrationName("p.x"); got != "p.x.migrating" {
+		t.Fatalf("MigrationName(p.x) = %q", got)
+	}
+	if args := topology.MigrationArgs(); len(args) != 0 {
+		t.Fatalf("MigrationArgs() = %v, want none", args)
+	}
+}
