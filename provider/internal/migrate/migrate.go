@@ -1,0 +1,534 @@
+// Package migrate changes the arguments of a live RabbitMQ queue without
+// losing a message. RabbitMQ cannot change a queue's arguments in place, so a
+// migration moves the queue's messages aside into a temporary queue, deletes
+// the queue once it is empty, declares it again with the new arguments and
+// moves the messages back:
+//
+//	declare-temp  declare q.migrating (topology.MigrationName), durable, no arguments
+//	move-aside    move every message of q into q.migrating
+//	delete        delete q, only if it is empty (if-empty); new work that
+//	              arrived meanwhile is moved aside and the delete tried again
+//	redeclare     declare q with the new arguments
+//	move-back     move every message of q.migrating into q
+//	delete-temp   delete q.migrating, only if it is empty
+//
+// Every move publishes each message to the default exchange, mandatory, with
+// all its properties and headers, waits for the publisher confirm, and only
+// then acknowledges the original. A crash between any two steps, or inside a
+// move, loses nothing: the temporary queue has a fixed name, and Migrate
+// called again recognises the state it finds (q with the old arguments, q
+// absent, q with the new arguments) and finishes the migration. A crash
+// inside a move can leave a message in both queues, which at-least-once
+// delivery allows; it never leaves it in neither.
+//
+// q does not exist between delete and redeclare (Result.Absent). Publishes
+// to q in that window are returned as unroutable (the queuey runtime retries
+// them), and a message that a hold queue dead-letters into q in that window
+// is dropped by the broker: dead-lettering to a queue that does not exist
+// discards the message.
+//
+// The package does no management API calls: everything it needs is
+// observable over AMQP, and exact where the management API's counts lag.
+package migrate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/queuey/terraform-provider-queuey/runtime/topology"
+)
+
+// Step names one step of a migration, as passed to Options.AfterStep.
+type Step string
+
+// The steps of a migration, in order. StepMoveAside and StepDelete repeat
+// when new work arrives before the delete, and the three steps from
+// StepMoveAside repeat when something else declares q again while it is
+// absent.
+const (
+	StepDeclareTemp Step = "declare-temp"
+	StepMoveAside   Step = "move-aside"
+	StepDelete      Step = "delete"
+	StepRedeclare   Step = "redeclare"
+	StepMoveBack    Step = "move-back"
+	StepDeleteTemp  Step = "delete-temp"
+)
+
+// Steps lists every step in order.
+var Steps = []Step{StepDeclareTemp, StepMoveAside, StepDelete, StepRedeclare, StepMoveBack, StepDeleteTemp}
+
+// Defaults of Options.
+const (
+	DefaultBatch     = 256
+	DefaultMaxRounds = 20
+)
+
+// Options tune a migration. The zero value, like nil, means every default.
+type Options struct {
+	// AfterStep, when set, runs after every completed step. An error it
+	// returns stops the migration there and is returned, wrapped: tests use
+	// it to kill a migration between any two steps.
+	AfterStep func(Step) error
+	// Batch is how many messages a move takes before it waits for their
+	// confirms and acknowledges them. Defaults to DefaultBatch.
+	Batch int
+	// MaxRounds bounds how often the queue is moved aside again because new
+	// work arrived before the delete, or because something declared it
+	// again with its old arguments while it was absent. Defaults to
+	// DefaultMaxRounds.
+	MaxRounds int
+}
+
+func (o *Options) resolved() Options {
+	var r Options
+	if o != nil {
+		r = *o
+	}
+	if r.Batch <= 0 {
+		r.Batch = DefaultBatch
+	}
+	if r.MaxRounds <= 0 {
+		r.MaxRounds = DefaultMaxRounds
+	}
+	return r
+}
+
+// State is what Migrate found when it started.
+type State string
+
+const (
+	// StateFresh: q had other arguments and there was no temporary queue.
+	StateFresh State = "fresh"
+	// StateResumedOld: a temporary queue was left behind and q still had
+	// its old arguments (a migration died before the delete).
+	StateResumedOld State = "resumed-old-arguments"
+	// StateResumedAbsent: a temporary queue was left behind and q did not
+	// exist (a migration died between delete and redeclare).
+	StateResumedAbsent State = "resumed-absent"
+	// StateResumedNew: a temporary queue was left behind and q already had
+	// the new arguments (a migration died while moving back).
+	StateResumedNew State = "resumed-new-arguments"
+	// StateDone: q already had the new arguments and there was no temporary
+	// queue; nothing was moved.
+	StateDone State = "already-migrated"
+	// StateCreated: neither q nor a temporary queue existed; q was declared
+	// with the new arguments.
+	StateCreated State = "created"
+)
+
+// Result says what a migration did.
+type Result struct {
+	// Queue is the migrated queue and Temp its temporary queue.
+	Queue, Temp string
+	// Found is the state Migrate started from.
+	Found State
+	// MovedAside and MovedBack count the messages moved each way,
+	// including any moved again after a crash.
+	MovedAside, MovedBack int
+	// DeleteAttempts counts deletions of q tried; more than one means new
+	// work arrived between the move and the delete.
+	DeleteAttempts int
+	// Redeclared counts how often q was found declared again with its old
+	// arguments while it was meant to be absent, and moved aside again.
+	Redeclared int
+	// Absent is how long q did not exist: from its successful deletion to
+	// its successful declaration with the new arguments, summed over
+	// rounds. Zero when this call did not delete q.
+	Absent time.Duration
+	// Took is the whole migration.
+	Took time.Duration
+}
+
+// ErrNotEmpty is returned when q kept receiving work faster than it could
+// be moved aside, MaxRounds times in a row.
+var ErrNotEmpty = errors.New("the queue kept receiving messages between moving them aside and deleting it")
+
+// Dial connects to the broker at amqpURL, in virtual host vhost (which
+// overrides any in the URL). cfg may be nil; its Vhost is ignored.
+func Dial(amqpURL, vhost string, cfg *amqp.Config) (*amqp.Connection, error) {
+	var c amqp.Config
+	if cfg != nil {
+		c = *cfg
+	}
+	c.Vhost = vhost
+	if c.Properties == nil {
+		c.Properties = amqp.Table{}
+	}
+	if _, ok := c.Properties["connection_name"]; !ok {
+		c.Properties["connection_name"] = "queuey migration"
+	}
+	ac, err := amqp.DialConfig(amqpURL, c)
+	if err != nil {
+		return nil, fmt.Errorf("connect to RabbitMQ over AMQP (virtual host %q): %w", vhost, err)
+	}
+	return ac, nil
+}
+
+// Migrate makes queue a classic queue declared with args and durable,
+// keeping every message it holds; see the package comment. It is also the
+// way to resume a migration that died: called again with the same target, it
+// finishes it. Migrate on a queue that already has the target arguments and
+// no temporary queue does nothing (StateDone).
+//
+// ac is the caller's connection, in the queue's virtual host; Migrate opens
+// and closes channels on it and leaves it open. Queue arguments follow the
+// runtime's: integers as int64 (topology.WorkArgs).
+func Migrate(ctx context.Context, ac *amqp.Connection, queue string, args map[string]any, durable bool, opts *Options) (Result, error) {
+	o := opts.resolved()
+	m := &migration{ctx: ctx, ac: ac, queue: queue, temp: topology.MigrationName(queue), args: args, durable: durable, opts: o}
+	start := time.Now()
+	m.res.Queue, m.res.Temp = m.queue, m.temp
+	err := m.run()
+	m.res.Took = time.Since(start)
+	if err != nil {
+		return m.res, fmt.Errorf("migrate queue %q (its messages are kept, in %q where they were moved aside; applying again resumes): %w", queue, m.temp, err)
+	}
+	return m.res, nil
+}
+
+// Pending reports whether queue has a temporary queue left behind by a
+// migration that did not finish, and how many messages wait in it.
+func Pending(ctx context.Context, ac *amqp.Connection, queue string) (bool, int, error) {
+	m := &migration{ctx: ctx, ac: ac, queue: queue, temp: topology.MigrationName(queue)}
+	return m.exists(m.temp)
+}
+
+type migration struct {
+	ctx     context.Context
+	ac      *amqp.Connection
+	queue   string
+	temp    string
+	args    map[string]any
+	durable bool
+	opts    Options
+	res     Result
+}
+
+func (m *migration) step(s Step) error {
+	if m.opts.AfterStep == nil {
+		return nil
+	}
+	if err := m.opts.AfterStep(s); err != nil {
+		return fmt.Errorf("stopped after step %s: %w", s, err)
+	}
+	return nil
+}
+
+func (m *migration) run() error {
+	tempExists, _, err := m.exists(m.temp)
+	if err != nil {
+		return err
+	}
+	queueExists, _, err := m.exists(m.queue)
+	if err != nil {
+		return err
+	}
+	// Declaring q with the target arguments tells its state apart: it
+	// succeeds when q has them (or is absent, and then creates it), and is
+	// refused with PRECONDITION_FAILED when q has others.
+	matches := false
+	if queueExists {
+		matches, err = m.declareTarget()
+		if err != nil {
+			return err
+		}
+	}
+	switch {
+	case !tempExists && !queueExists:
+		m.res.Found = StateCreated
+		if _, err := m.declareTarget(); err != nil {
+			return err
+		}
+		return nil
+	case !tempExists && matches:
+		m.res.Found = StateDone
+		return nil
+	case !tempExists:
+		m.res.Found = StateFresh
+	case !queueExists:
+		m.res.Found = StateResumedAbsent
+	case matches:
+		m.res.Found = StateResumedNew
+	default:
+		m.res.Found = StateResumedOld
+	}
+
+	if err := m.declare(m.temp, true, topology.MigrationArgs()); err != nil {
+		return err
+	}
+	if err := m.step(StepDeclareTemp); err != nil {
+		return err
+	}
+
+	if m.res.Found == StateFresh || m.res.Found == StateResumedOld || m.res.Found == StateResumedAbsent {
+		if err := m.replace(m.res.Found == StateResumedAbsent); err != nil {
+			return err
+		}
+	}
+
+	n, err := m.move(m.temp, m.queue)
+	m.res.MovedBack += n
+	if err != nil {
+		return fmt.Errorf("move messages back from %q: %w", m.temp, err)
+	}
+	if err := m.step(StepMoveBack); err != nil {
+		return err
+	}
+	for round := 0; ; round++ {
+		err := m.delete(m.temp)
+		if err == nil {
+			break
+		}
+		if !isNotEmpty(err) || round >= m.opts.MaxRounds {
+			return fmt.Errorf("delete %q: %w", m.temp, err)
+		}
+		// Something published into the temporary queue: move it back too.
+		n, err := m.move(m.temp, m.queue)
+		m.res.MovedBack += n
+		if err != nil {
+			return fmt.Errorf("move messages back from %q: %w", m.temp, err)
+		}
+	}
+	return m.step(StepDeleteTemp)
+}
+
+// replace moves q's messages aside, deletes q and declares it with the target
+// arguments. absent says q is already gone (a resumed migration).
+func (m *migration) replace(absent bool) error {
+	var deletedAt time.Time
+	if absent {
+		deletedAt = time.Now()
+	}
+	for round := 0; ; round++ {
+		if deletedAt.IsZero() {
+			if err := m.moveAsideAndDelete(); err != nil {
+				return err
+			}
+			deletedAt = time.Now()
+		}
+		matches, err := m.declareTarget()
+		if err != nil {
+			return err
+		}
+		if matches {
+			m.res.Absent += time.Since(deletedAt)
+			break
+		}
+		// Someone declared q again, with its old arguments, while it was
+		// absent: a process that reconnected with an old configuration.
+		// Whatever it holds is moved aside like the rest.
+		m.res.Absent += time.Since(deletedAt)
+		deletedAt = time.Time{}
+		m.res.Redeclared++
+		if round >= m.opts.MaxRounds {
+			return fmt.Errorf("queue %q was declared again with other arguments %d times while it was being replaced; stop the processes that declare it with the old configuration", m.queue, round+1)
+		}
+	}
+	return m.step(StepRedeclare)
+}
+
+// moveAsideAndDelete moves every message of q into the temporary queue and
+// deletes q, moving again as long as new work beats the delete.
+func (m *migration) moveAsideAndDelete() error {
+	for round := 0; ; round++ {
+		n, err := m.move(m.queue, m.temp)
+		m.res.MovedAside += n
+		if err != nil {
+			return fmt.Errorf("move messages aside into %q: %w", m.temp, err)
+		}
+		if round == 0 {
+			if err := m.step(StepMoveAside); err != nil {
+				return err
+			}
+		}
+		m.res.DeleteAttempts++
+		err = m.delete(m.queue)
+		if err == nil {
+			return m.step(StepDelete)
+		}
+		if !isNotEmpty(err) {
+			return fmt.Errorf("delete %q: %w", m.queue, err)
+		}
+		if round >= m.opts.MaxRounds {
+			return fmt.Errorf("delete %q after %d moves: %w", m.queue, round+1, ErrNotEmpty)
+		}
+	}
+}
+
+// channel opens a channel for one operation. A refused declaration or
+// deletion closes its channel, so none is shared across them.
+func (m *migration) channel() (*amqp.Channel, error) {
+	ch, err := m.ac.Channel()
+	if err != nil {
+		return nil, fmt.Errorf("open a channel: %w", err)
+	}
+	return ch, nil
+}
+
+// exists reports whether name exists, by a passive declaration, and how many
+// ready messages it holds.
+func (m *migration) exists(name string) (bool, int, error) {
+	if err := m.ctx.Err(); err != nil {
+		return false, 0, err
+	}
+	ch, err := m.channel()
+	if err != nil {
+		return false, 0, err
+	}
+	defer func() { _ = ch.Close() }()
+	q, err := ch.QueueDeclarePassive(name, false, false, false, false, nil)
+	if err == nil {
+		return true, q.Messages, nil
+	}
+	var ae *amqp.Error
+	if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+		return false, 0, nil
+	}
+	return false, 0, fmt.Errorf("check whether queue %q exists: %w", name, err)
+}
+
+func (m *migration) declare(name string, durable bool, args map[string]any) error {
+	if err := m.ctx.Err(); err != nil {
+		return err
+	}
+	ch, err := m.channel()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = ch.Close() }()
+	if _, err := ch.QueueDeclare(name, durable, false, false, false, amqp.Table(args)); err != nil {
+		return fmt.Errorf("declare queue %q: %w", name, err)
+	}
+	return nil
+}
+
+// declareTarget declares q with the target arguments. It reports false,
+// without an error, when q exists with other arguments.
+func (m *migration) declareTarget() (bool, error) {
+	err := m.declare(m.queue, m.durable, m.args)
+	if err == nil {
+		return true, nil
+	}
+	var ae *amqp.Error
+	if errors.As(err, &ae) && ae.Code == amqp.PreconditionFailed {
+		return false, nil
+	}
+	return false, err
+}
+
+func (m *migration) delete(name string) error {
+	if err := m.ctx.Err(); err != nil {
+		return err
+	}
+	ch, err := m.channel()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = ch.Close() }()
+	_, err = ch.QueueDelete(name, false, true, false)
+	return err
+}
+
+// isNotEmpty reports whether err is the broker refusing an if-empty delete.
+func isNotEmpty(err error) bool {
+	var ae *amqp.Error
+	return errors.As(err, &ae) && ae.Code == amqp.PreconditionFailed
+}
+
+// move moves every ready message of from into to and returns how many it
+// moved. Each batch is published with confirms; the originals are
+// acknowledged only once every message of the batch is confirmed and none
+// was returned. Whatever is not acknowledged when move fails goes back to
+// from when its channel closes.
+func (m *migration) move(from, to string) (int, error) {
+	src, err := m.channel()
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = src.Close() }()
+	pub, err := m.channel()
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = pub.Close() }()
+	if err := pub.Confirm(false); err != nil {
+		return 0, fmt.Errorf("put channel in confirm mode: %w", err)
+	}
+	returns := pub.NotifyReturn(make(chan amqp.Return, m.opts.Batch))
+
+	moved := 0
+	for {
+		if err := m.ctx.Err(); err != nil {
+			return moved, err
+		}
+		var batch []amqp.Delivery
+		for len(batch) < m.opts.Batch {
+			d, ok, err := src.Get(from, false)
+			if err != nil {
+				return moved, fmt.Errorf("get from %q: %w", from, err)
+			}
+			if !ok {
+				break
+			}
+			batch = append(batch, d)
+		}
+		if len(batch) == 0 {
+			return moved, nil
+		}
+		dcs := make([]*amqp.DeferredConfirmation, len(batch))
+		for i, d := range batch {
+			dc, err := pub.PublishWithDeferredConfirmWithContext(m.ctx, "", to, true, false, publishing(d))
+			if err != nil {
+				return moved, fmt.Errorf("publish to %q: %w", to, err)
+			}
+			dcs[i] = dc
+		}
+		for _, dc := range dcs {
+			acked, err := dc.WaitContext(m.ctx)
+			if err != nil {
+				return moved, err
+			}
+			if !acked {
+				return moved, fmt.Errorf("publish to %q: the broker did not confirm a message (nack or closed channel)", to)
+			}
+		}
+		// The broker sends a return before the confirm of the same
+		// message, and amqp091-go hands it over before processing the
+		// confirm: every return of this batch is already buffered.
+		select {
+		case r := <-returns:
+			return moved, fmt.Errorf("publish to %q: message %q was returned as unroutable (%s): the queue does not exist", to, r.MessageId, r.ReplyText)
+		default:
+		}
+		if err := src.Ack(batch[len(batch)-1].DeliveryTag, true); err != nil {
+			return moved, fmt.Errorf("acknowledge messages of %q: %w", from, err)
+		}
+		moved += len(batch)
+	}
+}
+
+// publishing is d as a message to publish again, every property kept.
+// The redelivered flag and the delivery tag belong to the delivery, not the
+// message, and do not travel.
+func publishing(d amqp.Delivery) amqp.Publishing {
+	return amqp.Publishing{
+		Headers:         d.Headers,
+		ContentType:     d.ContentType,
+		ContentEncoding: d.ContentEncoding,
+		DeliveryMode:    d.DeliveryMode,
+		Priority:        d.Priority,
+		CorrelationId:   d.CorrelationId,
+		ReplyTo:         d.ReplyTo,
+		Expiration:      d.Expiration,
+		MessageId:       d.MessageId,
+		Timestamp:       d.Timestamp,
+		Type:            d.Type,
+		UserId:          d.UserId,
+		AppId:           d.AppId,
+		Body:            d.Body,
+	}
+}
