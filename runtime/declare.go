@@ -3,6 +3,7 @@ package queuey
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"regexp"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -35,6 +36,94 @@ func declareSet(ac *amqp.Connection, set QueueSet) error {
 		}
 	}
 	return nil
+}
+
+// declareOnConnect is the onConnect of a producer or worker built from set:
+// declareSet on the first connection, redeclareSet on every reconnect.
+func declareOnConnect(set QueueSet, logger *slog.Logger) func(*amqp.Connection) error {
+	connected := false
+	return func(ac *amqp.Connection) error {
+		if !connected {
+			if err := declareSet(ac, set); err != nil {
+				return err
+			}
+			connected = true
+			return nil
+		}
+		return redeclareSet(ac, set, logger)
+	}
+}
+
+// redeclareSet declares set again after a reconnect, around migrations,
+// which replace a queue while processes that have it declared keep running:
+//
+//   - A queue whose migration queue (topology.MigrationName) exists is not
+//     declared: it may be absent just now between its deletion and its
+//     redeclaration, and declaring it with this process's arguments, the
+//     old ones, would make the migration's redeclaration fail. The worker
+//     resubscribes once the queue is back, and publishes retry while it is
+//     unroutable (ProducerOptions.UnroutableRetry).
+//   - A queue that exists with other arguments (a migration finished while
+//     this process runs with the old configuration) is logged, not fatal:
+//     the queue is there and takes publishes; failing would keep the
+//     process reconnecting forever. The next start-up reports it as a
+//     *PreconditionError.
+//
+// Residual risk: a migration that deletes the queue after the check and
+// before the declaration finds it declared again with the old arguments;
+// the migration moves its messages aside once more and retries.
+func redeclareSet(ac *amqp.Connection, set QueueSet, logger *slog.Logger) error {
+	for _, q := range set.Queues {
+		tq := q.topology()
+		work := set.WorkQueue(q.Name)
+		for _, d := range []struct {
+			name    string
+			durable bool
+			args    map[string]any
+		}{{work, tq.Durable, topology.WorkArgs(tq)}, {topology.DeadName(work), topology.DeadDurable, topology.DeadArgs()}} {
+			migrating, err := queueExists(ac, topology.MigrationName(d.name))
+			if err != nil {
+				return err
+			}
+			if migrating {
+				logger.Info("queuey: queue is being migrated; not declaring it on reconnect", "queue", d.name)
+				continue
+			}
+			ch, err := ac.Channel()
+			if err != nil {
+				return fmt.Errorf("queuey: open a channel to declare queue set %q: %w", set.Prefix, err)
+			}
+			err = declareQueue(ch, d.name, d.durable, d.args)
+			_ = ch.Close()
+			if errors.Is(err, ErrPreconditionFailed) {
+				logger.Warn("queuey: queue exists with other arguments than this process declares, as after a migration; using it as it is", "queue", d.name, "error", err)
+				continue
+			}
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// queueExists reports whether queue exists, by a passive declaration on a
+// channel of its own: the broker closes the channel when it does not.
+func queueExists(ac *amqp.Connection, queue string) (bool, error) {
+	ch, err := ac.Channel()
+	if err != nil {
+		return false, fmt.Errorf("queuey: open a channel to check queue %q: %w", queue, err)
+	}
+	defer func() { _ = ch.Close() }()
+	_, err = ch.QueueDeclarePassive(queue, false, false, false, false, nil)
+	var ae *amqp.Error
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.As(err, &ae) && ae.Code == amqp.NotFound:
+		return false, nil
+	}
+	return false, fmt.Errorf("queuey: check queue %q: %w", queue, err)
 }
 
 // declareQueue declares one queue with the flags every queuey queue has:

@@ -36,7 +36,24 @@ type ProducerOptions struct {
 	// Logger receives connection loss and reconnection events. Defaults to
 	// slog.Default().
 	Logger *slog.Logger
+	// UnroutableRetry is how long a publish onto a work or dead-letter
+	// queue of the producer's declared set keeps being retried, with
+	// backoff (50 ms doubling to 1 s), while the broker returns it as
+	// unroutable because the queue does not exist: during a migration
+	// (terraform apply changing the queue's arguments) the queue is absent
+	// for a few milliseconds between its deletion and its redeclaration.
+	// After that time, or when the publish's context ends first, the
+	// publish fails with ErrUnroutable. An undeclared producer never
+	// retries: it cannot tell a queue being migrated from a wrong name.
+	// Negative disables the retry. Defaults to DefaultUnroutableRetry.
+	UnroutableRetry time.Duration
 }
+
+// DefaultUnroutableRetry is ProducerOptions.UnroutableRetry unless
+// configured: far longer than a migration keeps a queue absent (a few
+// milliseconds on a local broker), short enough that a queue deleted for
+// good is reported soon.
+const DefaultUnroutableRetry = 5 * time.Second
 
 // resolved returns a copy of o with every default filled in.
 func (o *ProducerOptions) resolved() ProducerOptions {
@@ -55,6 +72,9 @@ func (o *ProducerOptions) resolved() ProducerOptions {
 	}
 	if r.Logger == nil {
 		r.Logger = slog.Default()
+	}
+	if r.UnroutableRetry == 0 {
+		r.UnroutableRetry = DefaultUnroutableRetry
 	}
 	return r
 }

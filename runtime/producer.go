@@ -64,7 +64,7 @@ func NewProducer(ctx context.Context, url string, set QueueSet, opts *ProducerOp
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	c, err := dial(ctx, url, o.amqpConfig(), func(ac *amqp.Connection) error { return declareSet(ac, set) }, o.Logger)
+	c, err := dial(ctx, url, o.amqpConfig(), declareOnConnect(set, o.Logger), o.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -289,7 +289,7 @@ func (p *Producer) EnqueueBatch(ctx context.Context, jobs []BatchJob) ([]string,
 	errs := make([]error, len(jobs))
 	for start := 0; start < len(out); start += maxChunk {
 		end := min(start+maxChunk, len(out))
-		p.publishChunk(ctx, out[start:end], errs[start:end])
+		p.publishRetrying(ctx, out[start:end], errs[start:end])
 	}
 	for _, err := range errs {
 		if err != nil {

@@ -196,8 +196,68 @@ type outgoing struct {
 // publishOne publishes one message and waits for its confirm.
 func (p *Producer) publishOne(ctx context.Context, key string, msg amqp.Publishing) error {
 	var errs [1]error
-	p.publishChunk(ctx, []outgoing{{key: key, msg: msg}}, errs[:])
+	p.publishRetrying(ctx, []outgoing{{key: key, msg: msg}}, errs[:])
 	return errs[0]
+}
+
+// Backoff of the retries of a publish returned as unroutable.
+const (
+	unroutableMinBackoff = 50 * time.Millisecond
+	unroutableMaxBackoff = time.Second
+)
+
+// publishRetrying is publishChunk, then, for up to UnroutableRetry, again
+// for the messages the broker returned as unroutable whose queue is a work
+// or dead-letter queue of the producer's set: such a queue exists unless it
+// is being migrated, which leaves it absent for moments.
+func (p *Producer) publishRetrying(ctx context.Context, out []outgoing, errs []error) {
+	p.publishChunk(ctx, out, errs)
+	if p.opts.UnroutableRetry <= 0 || p.queues == nil {
+		return
+	}
+	deadline := time.Now().Add(p.opts.UnroutableRetry)
+	for n := 0; ; n++ {
+		var again []int
+		for i, err := range errs {
+			if errors.Is(err, ErrUnroutable) && p.declared(out[i].key) {
+				again = append(again, i)
+			}
+		}
+		if len(again) == 0 {
+			return
+		}
+		wait := min(unroutableMinBackoff<<min(n, 8), unroutableMaxBackoff)
+		if time.Until(deadline) < wait {
+			return
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		sub := make([]outgoing, len(again))
+		subErrs := make([]error, len(again))
+		for k, i := range again {
+			sub[k] = out[i]
+		}
+		p.publishChunk(ctx, sub, subErrs)
+		for k, i := range again {
+			errs[i] = subErrs[k]
+		}
+	}
+}
+
+// declared reports whether queue is a work or dead-letter queue of the
+// producer's set.
+func (p *Producer) declared(queue string) bool {
+	if _, ok := p.queues[queue]; ok {
+		return true
+	}
+	work, dead := strings.CutSuffix(queue, topology.DeadSuffix)
+	_, ok := p.queues[work]
+	return dead && ok
 }
 
 // pubChannel is a confirm-mode channel of the pool, with its return listener.

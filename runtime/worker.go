@@ -109,7 +109,7 @@ func NewWorkerPool(ctx context.Context, url string, set QueueSet, workers *Worke
 	if err != nil {
 		return nil, err
 	}
-	p.conn, err = dial(ctx, url, p.connCfg, func(ac *amqp.Connection) error { return declareSet(ac, set) }, p.log)
+	p.conn, err = dial(ctx, url, p.connCfg, declareOnConnect(set, p.log), p.log)
 	if err != nil {
 		return nil, err
 	}
