@@ -1,0 +1,359 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	queuey "github.com/queuey/terraform-provider-queuey/runtime"
+	"github.com/queuey/terraform-provider-queuey/runtime/topology"
+)
+
+// concurrency is the number of publishers of the enqueue figures: one
+// confirm outstanding per channel, 8 channels.
+const concurrency = 8
+
+// rawWindow is how many confirms the raw batch twin keeps outstanding.
+const rawWindow = 256
+
+// payload is every job's arguments.
+var payload = map[string]string{"to": "ada@example.com"}
+
+const noopKind = "bench.noop"
+
+// rawMessage is what the raw twins publish: the message queuey publishes
+// for a job onto queue (same body size, headers, properties, persistence),
+// built once, so that the raw side pays nothing per message but the
+// protocol.
+func rawMessage(queue string) amqp.Publishing {
+	p, _ := json.Marshal(payload)
+	env := queuey.Envelope{
+		JobID:        "2f1e9c1a-8d7b-4c55-9a4e-1b2c3d4e5f60",
+		JobType:      noopKind,
+		Queue:        queue,
+		Attempt:      1,
+		EnqueuedAtMs: time.Now().UnixMilli(),
+		Payload:      p,
+	}
+	body, _ := json.Marshal(env)
+	return amqp.Publishing{
+		Headers:      amqp.Table{topology.HeaderDeferrals: int64(0), topology.HeaderAttempt: int64(1)},
+		ContentType:  "application/json",
+		DeliveryMode: amqp.Persistent,
+		MessageId:    env.JobID,
+		Type:         env.JobType,
+		Timestamp:    time.Now(),
+		Body:         body,
+	}
+}
+
+// concurrently runs fn n times in total from workers goroutines and returns
+// the rate, per second. fn gets its worker's index and the job's.
+func concurrently(ctx context.Context, workers, n int, fn func(worker, job int) error) (float64, error) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make([]error, workers)
+	start := time.Now()
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				j := int(next.Add(1)) - 1
+				if j >= n || ctx.Err() != nil {
+					return
+				}
+				if err := fn(w, j); err != nil {
+					errs[w] = err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if err := errors.Join(errs...); err != nil {
+		return 0, err
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	return float64(n) / elapsed.Seconds(), nil
+}
+
+// confirmChannels opens n channels in confirm mode on the raw connection.
+func (b *bench) confirmChannels(n int) ([]*amqp.Channel, error) {
+	chs := make([]*amqp.Channel, n)
+	for i := range chs {
+		ch, err := b.raw.Channel()
+		if err != nil {
+			return nil, err
+		}
+		if err := ch.Confirm(false); err != nil {
+			return nil, err
+		}
+		chs[i] = ch
+	}
+	return chs, nil
+}
+
+func closeAll(chs []*amqp.Channel) {
+	for _, ch := range chs {
+		if ch != nil {
+			_ = ch.Close()
+		}
+	}
+}
+
+// rawPublish publishes msg mandatory on ch and waits for its confirm, as
+// queuey does for every job.
+func rawPublish(ctx context.Context, ch *amqp.Channel, queue string, msg amqp.Publishing) error {
+	dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", queue, true, false, msg)
+	if err != nil {
+		return err
+	}
+	ok, err := dc.WaitContext(ctx)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return errors.New("nacked")
+	}
+	return nil
+}
+
+// producer builds a queuey producer for a one-queue set under the bench's
+// prefix.
+func (b *bench) producer(ctx context.Context, section string, channels int) (*queuey.Producer, queuey.QueueSet, error) {
+	set := queuey.QueueSet{Prefix: b.name(section), Queues: []queuey.QueueConfig{{Name: "jobs"}}}
+	p, err := queuey.NewProducer(ctx, b.c.amqpURL, set, &queuey.ProducerOptions{Channels: channels, Logger: quiet()})
+	return p, set, err
+}
+
+func rate(r float64, err error) (map[string]float64, error) {
+	return map[string]float64{"rate": r}, err
+}
+
+// enqueueSection: persistent, confirmed enqueues from 8 goroutines, one
+// confirm outstanding per channel, 8 channels.
+func (b *bench) enqueueSection(ctx context.Context) error {
+	p, set, err := b.producer(ctx, "enqueue", concurrency)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	work := set.WorkQueue("jobs")
+	chs, err := b.confirmChannels(concurrency)
+	if err != nil {
+		return err
+	}
+	defer closeAll(chs)
+	msg := rawMessage(work)
+	n := b.c.enqueueJobs
+	s, err := measure(ctx, b.c.runs, []variant{
+		{"queuey Enqueue ×8", func(ctx context.Context) (map[string]float64, error) {
+			defer b.purge(work)
+			return rate(concurrently(ctx, concurrency, n, func(_, _ int) error {
+				_, err := p.Enqueue(ctx, "jobs", noopKind, payload, nil)
+				return err
+			}))
+		}},
+		{"raw publish+confirm ×8", func(ctx context.Context) (map[string]float64, error) {
+			defer b.purge(work)
+			return rate(concurrently(ctx, concurrency, n, func(w, _ int) error {
+				return rawPublish(ctx, chs[w], work, msg)
+			}))
+		}},
+	})
+	if err != nil {
+		return err
+	}
+	b.report.add(s, "enqueue", "persistent enqueue, 8 channels × 1 confirm outstanding", "jobs/s",
+		"queuey Enqueue ×8", "rate", "raw publish+confirm ×8", "rate", "amqp091-go, same message, 8 channels", true, 0.9)
+	return nil
+}
+
+// batchSection: EnqueueBatch beside a raw window of 256 outstanding
+// confirms on one channel.
+func (b *bench) batchSection(ctx context.Context) error {
+	p, set, err := b.producer(ctx, "batch", queuey.DefaultPublishChannels)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	work := set.WorkQueue("jobs")
+	chs, err := b.confirmChannels(1)
+	if err != nil {
+		return err
+	}
+	defer closeAll(chs)
+	msg := rawMessage(work)
+	n := b.c.batchJobs
+	jobs := make([]queuey.BatchJob, n)
+	for i := range jobs {
+		jobs[i] = queuey.BatchJob{Queue: "jobs", JobType: noopKind, Payload: payload}
+	}
+	s, err := measure(ctx, b.c.runs, []variant{
+		{"queuey EnqueueBatch", func(ctx context.Context) (map[string]float64, error) {
+			defer b.purge(work)
+			start := time.Now()
+			if _, err := p.EnqueueBatch(ctx, jobs); err != nil {
+				return nil, err
+			}
+			return rate(float64(n)/time.Since(start).Seconds(), nil)
+		}},
+		{"raw window 256", func(ctx context.Context) (map[string]float64, error) {
+			defer b.purge(work)
+			start := time.Now()
+			if err := rawPipelined(ctx, chs[0], work, msg, n, rawWindow); err != nil {
+				return nil, err
+			}
+			return rate(float64(n)/time.Since(start).Seconds(), nil)
+		}},
+	})
+	if err != nil {
+		return err
+	}
+	b.report.add(s, "batch", fmt.Sprintf("EnqueueBatch of %d jobs, pipelined confirms", n), "jobs/s",
+		"queuey EnqueueBatch", "rate", "raw window 256", "rate", "amqp091-go, 256 confirms outstanding, 1 channel", true, 0.8)
+	return nil
+}
+
+// rawPipelined publishes n copies of msg on ch keeping up to window
+// confirms outstanding.
+func rawPipelined(ctx context.Context, ch *amqp.Channel, queue string, msg amqp.Publishing, n, window int) error {
+	dcs := make([]*amqp.DeferredConfirmation, n)
+	wait := func(i int) error {
+		ok, err := dcs[i].WaitContext(ctx)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return errors.New("nacked")
+		}
+		return nil
+	}
+	for i := range n {
+		if i >= window {
+			if err := wait(i - window); err != nil {
+				return err
+			}
+		}
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", queue, true, false, msg)
+		if err != nil {
+			return err
+		}
+		dcs[i] = dc
+	}
+	for i := max(0, n-window); i < n; i++ {
+		if err := wait(i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// delayedSection: EnqueueAfter to one delay and to 50 distinct delays,
+// beside a raw declare + publish + confirm per message, serial and at the
+// same concurrency, and beside queuey's own plain Enqueue.
+func (b *bench) delayedSection(ctx context.Context) error {
+	p, set, err := b.producer(ctx, "delayed", concurrency)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	work := set.WorkQueue("jobs")
+	chs, err := b.confirmChannels(concurrency)
+	if err != nil {
+		return err
+	}
+	defer closeAll(chs)
+	msg := rawMessage(work)
+	n := b.c.delayedJobs
+
+	// Delays long enough that nothing comes back during the section: the
+	// figure is the cost of getting a job into its hold queue.
+	one := []time.Duration{10 * time.Minute}
+	fifty := make([]time.Duration, 50)
+	for i := range fifty {
+		fifty[i] = 10*time.Minute + time.Duration(i)*time.Second
+	}
+	holds := []string{}
+	for _, d := range fifty {
+		ttl, _ := topology.HoldTTL(d, topology.DefaultGranularity)
+		holds = append(holds, topology.HoldName(work, ttl))
+	}
+	reset := func() { _ = b.purgeQuiet(append([]string{work}, holds...)...) }
+
+	queueyAfter := func(delays []time.Duration) func(ctx context.Context) (map[string]float64, error) {
+		return func(ctx context.Context) (map[string]float64, error) {
+			defer reset()
+			return rate(concurrently(ctx, concurrency, n, func(_, j int) error {
+				_, err := p.EnqueueAfter(ctx, "jobs", noopKind, payload, delays[j%len(delays)], nil)
+				return err
+			}))
+		}
+	}
+	rawAfter := func(delays []time.Duration, workers int) func(ctx context.Context) (map[string]float64, error) {
+		return func(ctx context.Context) (map[string]float64, error) {
+			defer reset()
+			return rate(concurrently(ctx, workers, n, func(w, j int) error {
+				ttl, err := topology.HoldTTL(delays[j%len(delays)], topology.DefaultGranularity)
+				if err != nil {
+					return err
+				}
+				hold := topology.HoldName(work, ttl)
+				if _, err := chs[w].QueueDeclare(hold, true, false, false, false, amqp.Table(topology.HoldArgs(work, ttl))); err != nil {
+					return err
+				}
+				return rawPublish(ctx, chs[w], hold, msg)
+			}))
+		}
+	}
+	s, err := measure(ctx, b.c.runs, []variant{
+		{"queuey Enqueue ×8", func(ctx context.Context) (map[string]float64, error) {
+			defer reset()
+			return rate(concurrently(ctx, concurrency, n, func(_, _ int) error {
+				_, err := p.Enqueue(ctx, "jobs", noopKind, payload, nil)
+				return err
+			}))
+		}},
+		{"queuey EnqueueAfter 1 delay ×8", queueyAfter(one)},
+		{"queuey EnqueueAfter 50 delays ×8", queueyAfter(fifty)},
+		{"raw declare+publish 1 delay ×1", rawAfter(one, 1)},
+		{"raw declare+publish 1 delay ×8", rawAfter(one, concurrency)},
+		{"raw declare+publish 50 delays ×1", rawAfter(fifty, 1)},
+		{"raw declare+publish 50 delays ×8", rawAfter(fifty, concurrency)},
+	})
+	if err != nil {
+		return err
+	}
+	for _, d := range []struct{ label, q, r string }{
+		{"1 delay", "queuey EnqueueAfter 1 delay ×8", "1 delay"},
+		{"50 delays", "queuey EnqueueAfter 50 delays ×8", "50 delays"},
+	} {
+		b.report.add(s, "delayed", "EnqueueAfter, "+d.label+", 8 concurrent, ÷ plain Enqueue ×8", "jobs/s",
+			d.q, "rate", "queuey Enqueue ×8", "rate", "queuey Enqueue, 8 concurrent", true, 0.5)
+		b.report.add(s, "delayed", "EnqueueAfter, "+d.label+", 8 concurrent", "jobs/s",
+			d.q, "rate", "raw declare+publish "+d.r+" ×8", "rate", "declare+publish+confirm, 8 concurrent", true, 0)
+		b.report.add(s, "delayed", "EnqueueAfter, "+d.label+", 8 concurrent, vs raw serial", "jobs/s",
+			d.q, "rate", "raw declare+publish "+d.r+" ×1", "rate", "declare+publish+confirm, serial", true, 0)
+		b.report.add(s, "delayed", "raw declare+publish, "+d.label+", 8 concurrent, ÷ plain Enqueue ×8", "jobs/s",
+			"raw declare+publish "+d.r+" ×8", "rate", "queuey Enqueue ×8", "rate", "queuey Enqueue, 8 concurrent", true, 0)
+	}
+	return nil
+}
+
+// purgeQuiet purges the queues that exist and skips the others.
+func (b *bench) purgeQuiet(queues ...string) error {
+	for _, q := range queues {
+		_ = b.purge(q)
+	}
+	return nil
+}
