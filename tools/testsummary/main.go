@@ -1,6 +1,7 @@
 // Command testsummary reads `go test -json` on standard input and prints what
 // a person needs from a long run: each package's result line, the output of
-// every failed test, and a closing "N passed, N failed, N skipped" line.
+// every failed test, the name of every skipped one, and a closing
+// "N passed, N failed, N skipped" line.
 //
 // It exits 1 when a test or a package failed, or when no test ran at all, so
 // a run that silently tested nothing cannot pass.
@@ -61,6 +62,9 @@ func run(in io.Reader, out io.Writer) int {
 			delete(pending, key)
 		case e.Action == "skip":
 			skipped++
+			// A skip is worth a line: the test command must not skip
+			// silently what it claims to run.
+			fmt.Fprintf(out, "skipped: %s %s\n", e.Package, e.Test)
 			delete(pending, key)
 		case e.Action == "fail":
 			failed++

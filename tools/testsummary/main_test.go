@@ -22,7 +22,7 @@ func TestRunCountsAndPrintsFailures(t *testing.T) {
 		t.Fatalf("exit code = %d, want 1", code)
 	}
 	got := out.String()
-	for _, want := range []string{"boom\n", "FAIL\tp\t0.1s\n", "1 passed, 1 failed, 1 skipped\n"} {
+	for _, want := range []string{"boom\n", "FAIL\tp\t0.1s\n", "skipped: p TestC\n", "1 passed, 1 failed, 1 skipped\n"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("output lacks %q:\n%s", want, got)
 		}
