@@ -81,6 +81,11 @@ type Options struct {
 	// again with its old arguments while it was absent. Defaults to
 	// DefaultMaxRounds.
 	MaxRounds int
+
+	// beforeAck, for tests, runs in a move after a batch is confirmed and
+	// before its originals are acknowledged; an error stops the move there,
+	// as a crash would.
+	beforeAck func(from string, batch int) error
 }
 
 func (o *Options) resolved() Options {
@@ -183,6 +188,7 @@ func Migrate(ctx context.Context, ac *amqp.Connection, queue string, args map[st
 	start := time.Now()
 	m.res.Queue, m.res.Temp = m.queue, m.temp
 	err := m.run()
+	m.close()
 	m.res.Took = time.Since(start)
 	if err != nil {
 		return m.res, fmt.Errorf("migrate queue %q (its messages are kept, in %q where they were moved aside; applying again resumes): %w", queue, m.temp, err)
@@ -194,6 +200,7 @@ func Migrate(ctx context.Context, ac *amqp.Connection, queue string, args map[st
 // migration that did not finish, and how many messages wait in it.
 func Pending(ctx context.Context, ac *amqp.Connection, queue string) (bool, int, error) {
 	m := &migration{ctx: ctx, ac: ac, queue: queue, temp: topology.MigrationName(queue)}
+	defer m.close()
 	return m.exists(m.temp)
 }
 
@@ -206,6 +213,7 @@ type migration struct {
 	durable bool
 	opts    Options
 	res     Result
+	ctl     *amqp.Channel // see control
 }
 
 func (m *migration) step(s Step) error {
@@ -369,18 +377,50 @@ func (m *migration) channel() (*amqp.Channel, error) {
 	return ch, nil
 }
 
-// exists reports whether name exists, by a passive declaration, and how many
-// ready messages it holds.
-func (m *migration) exists(name string) (bool, int, error) {
+// control returns the channel for declarations and deletions, opening one
+// when there is none. A refused declaration or deletion closes its channel,
+// so every failed operation drops it (done) and the next opens another;
+// keeping it across successes saves a round trip between the deletion of q
+// and its redeclaration.
+func (m *migration) control() (*amqp.Channel, error) {
 	if err := m.ctx.Err(); err != nil {
-		return false, 0, err
+		return nil, err
+	}
+	if m.ctl != nil && !m.ctl.IsClosed() {
+		return m.ctl, nil
 	}
 	ch, err := m.channel()
 	if err != nil {
+		return nil, err
+	}
+	m.ctl = ch
+	return ch, nil
+}
+
+// done drops the control channel after an operation failed on it.
+func (m *migration) done(err error) {
+	if err != nil && m.ctl != nil {
+		_ = m.ctl.Close()
+		m.ctl = nil
+	}
+}
+
+func (m *migration) close() {
+	if m.ctl != nil {
+		_ = m.ctl.Close()
+		m.ctl = nil
+	}
+}
+
+// exists reports whether name exists, by a passive declaration, and how many
+// ready messages it holds.
+func (m *migration) exists(name string) (bool, int, error) {
+	ch, err := m.control()
+	if err != nil {
 		return false, 0, err
 	}
-	defer func() { _ = ch.Close() }()
 	q, err := ch.QueueDeclarePassive(name, false, false, false, false, nil)
+	m.done(err)
 	if err == nil {
 		return true, q.Messages, nil
 	}
@@ -392,15 +432,13 @@ func (m *migration) exists(name string) (bool, int, error) {
 }
 
 func (m *migration) declare(name string, durable bool, args map[string]any) error {
-	if err := m.ctx.Err(); err != nil {
-		return err
-	}
-	ch, err := m.channel()
+	ch, err := m.control()
 	if err != nil {
 		return err
 	}
-	defer func() { _ = ch.Close() }()
-	if _, err := ch.QueueDeclare(name, durable, false, false, false, amqp.Table(args)); err != nil {
+	_, err = ch.QueueDeclare(name, durable, false, false, false, amqp.Table(args))
+	m.done(err)
+	if err != nil {
 		return fmt.Errorf("declare queue %q: %w", name, err)
 	}
 	return nil
@@ -421,15 +459,12 @@ func (m *migration) declareTarget() (bool, error) {
 }
 
 func (m *migration) delete(name string) error {
-	if err := m.ctx.Err(); err != nil {
-		return err
-	}
-	ch, err := m.channel()
+	ch, err := m.control()
 	if err != nil {
 		return err
 	}
-	defer func() { _ = ch.Close() }()
 	_, err = ch.QueueDelete(name, false, true, false)
+	m.done(err)
 	return err
 }
 
@@ -503,6 +538,11 @@ func (m *migration) move(from, to string) (int, error) {
 		case r := <-returns:
 			return moved, fmt.Errorf("publish to %q: message %q was returned as unroutable (%s): the queue does not exist", to, r.MessageId, r.ReplyText)
 		default:
+		}
+		if m.opts.beforeAck != nil {
+			if err := m.opts.beforeAck(from, len(batch)); err != nil {
+				return moved, err
+			}
 		}
 		if err := src.Ack(batch[len(batch)-1].DeliveryTag, true); err != nil {
 			return moved, fmt.Errorf("acknowledge messages of %q: %w", from, err)
