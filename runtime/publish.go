@@ -517,11 +517,26 @@ func (p *Producer) declareOnDeclChannel(ctx context.Context, name string, durabl
 		}
 		err := declareQueue(p.declCh, name, durable, args)
 		// A channel closed by an earlier refusal or a lost connection
-		// was not this declaration's fault: reopen and try once more.
-		if err != nil && try == 0 && errors.Is(err, amqp.ErrClosed) {
+		// was not this declaration's fault: reopen (waiting for the
+		// connection to come back) and try once more.
+		if err != nil && try == 0 && lostWithConnection(err) {
 			p.declCh = nil
 			continue
 		}
 		return err
 	}
+}
+
+// lostWithConnection reports whether a declaration failed because its
+// channel or connection went away rather than because the broker refused it.
+// A broker shutting down (rabbitmqctl stop_app, a restart) closes every
+// connection with CONNECTION_FORCED, and a dropped socket surfaces as a
+// FRAME_ERROR; both reach a declaration in flight as that *amqp.Error, not
+// as amqp.ErrClosed.
+func lostWithConnection(err error) bool {
+	if errors.Is(err, amqp.ErrClosed) {
+		return true
+	}
+	var ae *amqp.Error
+	return errors.As(err, &ae) && (ae.Code == amqp.ConnectionForced || ae.Code == amqp.FrameError)
 }
