@@ -7,6 +7,7 @@
 #   scripts/fault-broker.sh stop    # idempotent: a stopped node is fine
 #   scripts/fault-broker.sh status  # exit 0 when the node answers
 #   scripts/fault-broker.sh env     # the settings below, as shell assignments
+#   scripts/fault-broker.sh ctl ARGS # rabbitmqctl -n the node ARGS (stop_app, start_app)
 #
 # The node:
 #   name      queuey-faults@localhost (FAULT_BROKER_NODE)
@@ -200,6 +201,10 @@ case "${1:-}" in
 start) start ;;
 stop) stop "${2:-}" ;;
 status) running ;;
+ctl) # rabbitmqctl against the node, e.g. `ctl stop_app`
+	shift
+	ctl "$@"
+	;;
 env)
 	cat <<EOF
 FAULT_BROKER_NODE=$NODE
@@ -211,7 +216,7 @@ FAULT_BROKER_DIR=$DIR
 EOF
 	;;
 *)
-	echo "usage: $0 start|stop [--purge]|status|env" >&2
+	echo "usage: $0 start|stop [--purge]|status|env|ctl ARGS..." >&2
 	exit 2
 	;;
 esac
