@@ -64,3 +64,20 @@ func FormatArgs(args map[string]any) string {
 	}
 	return strings.Join(parts, ", ")
 }
+
+// Unfinished returns, in name order, the queues that a migration did not
+// finish, from a listing of a virtual host's queue names (such as the one
+// Read makes): every q whose temporary queue q.migrating is listed, whether
+// or not q itself is. Such a queue must be planned as a change even when q
+// already has the configured arguments, or is absent, because only Migrate
+// moves its messages back.
+func Unfinished(names []string) []string {
+	var out []string
+	for _, n := range names {
+		if q, ok := strings.CutSuffix(n, topology.MigrationSuffix); ok && q != "" {
+			out = append(out, q)
+		}
+	}
+	sort.Strings(out)
+	return out
+}

@@ -57,3 +57,11 @@ func TestPublishingKeepsEveryProperty(t *testing.T) {
 		t.Fatalf("publishing lost a property: %+v", p)
 	}
 }
+
+func TestUnfinished(t *testing.T) {
+	t.Parallel()
+	got := Unfinished([]string{"p.b", "p.b.migrating", "p.a.migrating", "p.a.dead", "p.c", "p.c.deferred.1000", ".migrating"})
+	if len(got) != 2 || got[0] != "p.a" || got[1] != "p.b" {
+		t.Fatalf("Unfinished = %v, want [p.a p.b]", got)
+	}
+}
