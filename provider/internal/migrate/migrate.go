@@ -142,7 +142,8 @@ type Result struct {
 	Redeclared int
 	// Absent is how long q did not exist: from its successful deletion to
 	// its successful declaration with the new arguments, summed over
-	// rounds. Zero when this call did not delete q.
+	// rounds. When a resumed migration found q absent, it counts from the
+	// start of this call. Zero when q was not absent during this call.
 	Absent time.Duration
 	// Took is the whole migration.
 	Took time.Duration
@@ -194,6 +195,17 @@ func Migrate(ctx context.Context, ac *amqp.Connection, queue string, args map[st
 		return m.res, fmt.Errorf("migrate queue %q (its messages are kept, in %q where they were moved aside; applying again resumes): %w", queue, m.temp, err)
 	}
 	return m.res, nil
+}
+
+// MigrateURL is Migrate over a connection of its own to amqpURL in virtual
+// host vhost (see Dial), closed when it returns.
+func MigrateURL(ctx context.Context, amqpURL, vhost string, cfg *amqp.Config, queue string, args map[string]any, durable bool, opts *Options) (Result, error) {
+	ac, err := Dial(amqpURL, vhost, cfg)
+	if err != nil {
+		return Result{Queue: queue, Temp: topology.MigrationName(queue)}, err
+	}
+	defer func() { _ = ac.Close() }()
+	return Migrate(ctx, ac, queue, args, durable, opts)
 }
 
 // Pending reports whether queue has a temporary queue left behind by a
