@@ -23,7 +23,9 @@ type ProducerOptions struct {
 	AMQPConfig *amqp.Config
 	// Channels is how many publisher-confirm channels the producer keeps.
 	// Each carries one publish (or one batch chunk) at a time, so this bounds
-	// how many publishes wait for their confirms in parallel. Defaults to
+	// how many publishes wait for their confirms in parallel. The producer
+	// opens up to as many channels again for declaring hold queues, so that
+	// delays to distinct hold queues declare in parallel. Defaults to
 	// DefaultPublishChannels.
 	Channels int
 	// DeferGranularity is the step Defer delays are rounded up to, which

@@ -34,8 +34,11 @@ type Producer struct {
 
 	pool chan *pubChannel
 
-	declSem chan struct{} // held while using declCh
-	declCh  *amqp.Channel
+	// decls are the declaration channels, each used by one declaration
+	// at a time; as many as publishing channels, so that held publishes to
+	// distinct hold queues declare in parallel rather than queue up
+	// behind one channel.
+	decls chan *declChannel
 
 	flights flights // hold-queue declarations in progress
 
@@ -127,10 +130,11 @@ func newProducer(c *conn, ownConn bool, set *QueueSet, prefix string, opts *Prod
 		opts:    o,
 		prefix:  prefix,
 		pool:    make(chan *pubChannel, o.Channels),
-		declSem: make(chan struct{}, 1),
+		decls:   make(chan *declChannel, o.Channels),
 	}
 	for range o.Channels {
 		p.pool <- &pubChannel{}
+		p.decls <- &declChannel{}
 	}
 	if set != nil {
 		p.queues = make(map[string]topology.Queue, len(set.Queues))
@@ -315,10 +319,11 @@ func (p *Producer) Close() error {
 	for range cap(p.pool) {
 		(<-p.pool).discard()
 	}
-	p.declSem <- struct{}{}
-	if p.declCh != nil {
-		_ = p.declCh.Close()
-		p.declCh = nil
+	for range cap(p.decls) {
+		if dc := <-p.decls; dc.ch != nil {
+			_ = dc.ch.Close()
+			dc.ch = nil
+		}
 	}
 	if p.ownConn {
 		if err := p.conn.close(); err != nil && !errors.Is(err, ErrClosed) {

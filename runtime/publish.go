@@ -495,32 +495,39 @@ func isContextError(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
-// declareOnDeclChannel declares a queue on the declaration channel, which is
-// never a publishing channel: a declaration the broker refuses closes its
-// channel, and must not take publishes in flight down with it. Declarations
-// are serialised, because amqp091-go would hand the refusal to whichever
-// call on the channel happens to read it.
+// declChannel is a declaration channel: never a publishing channel, because
+// a declaration the broker refuses closes its channel, and must not take
+// publishes in flight down with it. It is used by one declaration at a time,
+// because amqp091-go would hand a refusal to whichever call on the channel
+// happens to read it.
+type declChannel struct {
+	ch *amqp.Channel
+}
+
+// declareOnDeclChannel declares a queue on a declaration channel from the
+// producer's pool, opening (or reopening) the channel as needed.
 func (p *Producer) declareOnDeclChannel(ctx context.Context, name string, durable bool, args map[string]any) error {
+	var dc *declChannel
 	select {
-	case p.declSem <- struct{}{}:
+	case dc = <-p.decls:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	defer func() { <-p.declSem }()
+	defer func() { p.decls <- dc }()
 	for try := 0; ; try++ {
-		if p.declCh == nil || p.declCh.IsClosed() {
+		if dc.ch == nil || dc.ch.IsClosed() {
 			ch, err := p.conn.channel(ctx)
 			if err != nil {
 				return fmt.Errorf("queuey: declare queue %q: %w", name, err)
 			}
-			p.declCh = ch
+			dc.ch = ch
 		}
-		err := declareQueue(p.declCh, name, durable, args)
+		err := declareQueue(dc.ch, name, durable, args)
 		// A channel closed by an earlier refusal or a lost connection
 		// was not this declaration's fault: reopen (waiting for the
 		// connection to come back) and try once more.
 		if err != nil && try == 0 && lostWithConnection(err) {
-			p.declCh = nil
+			dc.ch = nil
 			continue
 		}
 		return err
