@@ -50,6 +50,9 @@ func run(in io.Reader, out io.Writer) int {
 			fmt.Fprint(out, e.Output)
 		case e.Test == "" && e.Action == "fail":
 			failedPkgs++
+		case e.Test == "":
+			// A package-level skip is a package without tests, which
+			// its "[no test files]" line already says.
 		case e.Action == "output":
 			b := pending[key]
 			if b == nil {

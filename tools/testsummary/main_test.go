@@ -14,6 +14,7 @@ func TestRunCountsAndPrintsFailures(t *testing.T) {
 		`{"Action":"output","Package":"p","Test":"TestB","Output":"boom\n"}`,
 		`{"Action":"fail","Package":"p","Test":"TestB"}`,
 		`{"Action":"skip","Package":"p","Test":"TestC"}`,
+		`{"Action":"skip","Package":"q"}`,
 		`{"Action":"output","Package":"p","Output":"FAIL\tp\t0.1s\n"}`,
 		`{"Action":"fail","Package":"p"}`,
 	}, "\n")
