@@ -117,7 +117,7 @@ func (c *conn) connect(ctx context.Context) (*amqp.Connection, error) {
 	}
 	ac, err := amqp.DialConfig(c.url, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("queuey: connect to RabbitMQ: %w", err)
+		return nil, connectError(c.url, err)
 	}
 	if c.onConnect != nil {
 		if err := c.onConnect(ac); err != nil {

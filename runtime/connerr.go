@@ -1,0 +1,45 @@
+package queuey
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// connectError explains a failed dial of url: where to (the URL without its
+// password, which must never reach an error or a log), what amqp091-go said,
+// and, for the failures whose own words mislead, what they usually mean.
+func connectError(url string, err error) error {
+	where, scheme := redactURL(url)
+	hint := ""
+	var ae *amqp.Error
+	msg := err.Error()
+	switch {
+	case scheme == "amqp" && errors.As(err, &ae) && ae.Code == amqp.FrameError && strings.Contains(ae.Reason, "frame_max"):
+		// A TLS listener answers the AMQP header with a TLS alert, which
+		// amqp091-go reads as an oversized frame.
+		hint = " (the port answered with something that is not AMQP: if it is a TLS listener, use amqps://)"
+	case scheme == "amqps" && (strings.Contains(msg, "reset by peer") || strings.Contains(msg, "broken pipe") || strings.HasSuffix(msg, "EOF")):
+		// With TLS 1.3 a broker that refuses the client certificate
+		// says so after the handshake, by closing the connection.
+		hint = " (the broker closed the TLS connection, which it does when it refuses the client certificate)"
+	}
+	return fmt.Errorf("queuey: connect to RabbitMQ at %s: %w%s", where, err, hint)
+}
+
+// redactURL renders an AMQP URL without its password, and its scheme.
+func redactURL(url string) (string, string) {
+	u, err := amqp.ParseURI(url)
+	if err != nil {
+		// Never echo a URL that did not parse: the password could be
+		// anywhere in it.
+		return "an AMQP URL that does not parse", ""
+	}
+	vhost := u.Vhost
+	if vhost == "" {
+		vhost = "/"
+	}
+	return fmt.Sprintf("%s://%s@%s:%d (vhost %q)", u.Scheme, u.Username, u.Host, u.Port, vhost), u.Scheme
+}
