@@ -419,14 +419,19 @@ func (p *WorkerPool) handle(q *poolQueue, d amqp.Delivery) {
 // and acknowledges only once the broker confirmed the publish. A delivery
 // whose publish failed is returned to its queue.
 func (p *WorkerPool) settle(q *poolQueue, d amqp.Delivery, o Outcome, took time.Duration) {
+	if o.Action == ActionAck {
+		// The common case: no publish to bound, and no log record to
+		// build when Info is off.
+		p.ack(d, q, o)
+		if p.log.Enabled(context.Background(), slog.LevelInfo) {
+			p.log.Info("queuey: job done", "queue", q.work, "job_id", o.Job.ID, "job_type", o.Job.Type, "attempt", o.Job.Attempt, "duration", took)
+		}
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
 	defer cancel()
 	attrs := []any{"queue", q.work, "job_id", o.Job.ID, "job_type", o.Job.Type, "attempt", o.Job.Attempt}
 	switch o.Action {
-	case ActionAck:
-		p.ack(d, q, o)
-		p.log.Info("queuey: job done", append(attrs, "duration", took)...)
-
 	case ActionRetry, ActionDefer:
 		env := *o.env
 		env.Queue = q.work
