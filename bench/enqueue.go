@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -54,12 +56,13 @@ func rawMessage(queue string) amqp.Publishing {
 }
 
 // concurrently runs fn n times in total from workers goroutines and returns
-// the rate, per second. fn gets its worker's index and the job's.
-func concurrently(ctx context.Context, workers, n int, fn func(worker, job int) error) (float64, error) {
+// the rate, per second, and the process's CPU time per job. fn gets its
+// worker's index and the job's.
+func concurrently(ctx context.Context, workers, n int, fn func(worker, job int) error) (map[string]float64, error) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errs := make([]error, workers)
-	start := time.Now()
+	t := startTimer()
 	for w := range workers {
 		wg.Add(1)
 		go func() {
@@ -77,14 +80,53 @@ func concurrently(ctx context.Context, workers, n int, fn func(worker, job int) 
 		}()
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
+	m := t.stop(n)
 	if err := errors.Join(errs...); err != nil {
-		return 0, err
+		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
-		return 0, err
+		return nil, err
 	}
-	return float64(n) / elapsed.Seconds(), nil
+	return m, nil
+}
+
+// timer measures wall time and the process's CPU time (user + system, all
+// goroutines) over a stretch of work.
+type timer struct {
+	wall   time.Time
+	cpu    time.Duration
+	allocs uint64
+}
+
+func startTimer() timer { return timer{wall: time.Now(), cpu: cpuTime(), allocs: mallocs()} }
+
+// mallocs is how many heap objects the process has allocated so far.
+func mallocs() uint64 {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.Mallocs
+}
+
+// stop returns the rate of n jobs per second of wall time, and the CPU
+// microseconds per job.
+func (t timer) stop(n int) map[string]float64 {
+	wall := time.Since(t.wall)
+	cpu := cpuTime() - t.cpu
+	allocs := mallocs() - t.allocs
+	return map[string]float64{
+		"rate":   float64(n) / wall.Seconds(),
+		"cpu":    float64(cpu.Microseconds()) / float64(n),
+		"allocs": float64(allocs) / float64(n),
+	}
+}
+
+// cpuTime is the CPU time the process has used so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // confirmChannels opens n channels in confirm mode on the raw connection.
@@ -136,10 +178,6 @@ func (b *bench) producer(ctx context.Context, section string, channels int) (*qu
 	return p, set, err
 }
 
-func rate(r float64, err error) (map[string]float64, error) {
-	return map[string]float64{"rate": r}, err
-}
-
 // enqueueSection: persistent, confirmed enqueues from 8 goroutines, one
 // confirm outstanding per channel, 8 channels.
 func (b *bench) enqueueSection(ctx context.Context) error {
@@ -159,14 +197,14 @@ func (b *bench) enqueueSection(ctx context.Context) error {
 	s, err := measure(ctx, b.c.runs, []variant{
 		{"queuey Enqueue ×8", func(ctx context.Context) (map[string]float64, error) {
 			defer b.purge(work)
-			return rate(concurrently(ctx, concurrency, n, func(_, _ int) error {
+			return (concurrently(ctx, concurrency, n, func(_, _ int) error {
 				_, err := p.Enqueue(ctx, "jobs", noopKind, payload, nil)
 				return err
 			}))
 		}},
 		{"raw publish+confirm ×8", func(ctx context.Context) (map[string]float64, error) {
 			defer b.purge(work)
-			return rate(concurrently(ctx, concurrency, n, func(w, _ int) error {
+			return (concurrently(ctx, concurrency, n, func(w, _ int) error {
 				return rawPublish(ctx, chs[w], work, msg)
 			}))
 		}},
@@ -176,6 +214,10 @@ func (b *bench) enqueueSection(ctx context.Context) error {
 	}
 	b.report.add(s, "enqueue", "persistent enqueue, 8 channels × 1 confirm outstanding", "jobs/s",
 		"queuey Enqueue ×8", "rate", "raw publish+confirm ×8", "rate", "amqp091-go, same message, 8 channels", true, 0.9)
+	b.report.add(s, "enqueue", "CPU of this process per job (all goroutines)", "µs/job",
+		"queuey Enqueue ×8", "cpu", "raw publish+confirm ×8", "cpu", "amqp091-go, same message, 8 channels", false, 0)
+	b.report.add(s, "enqueue", "heap allocations of this process per job", "allocs/job",
+		"queuey Enqueue ×8", "allocs", "raw publish+confirm ×8", "allocs", "amqp091-go, same message, 8 channels", false, 0)
 	return nil
 }
 
@@ -202,19 +244,19 @@ func (b *bench) batchSection(ctx context.Context) error {
 	s, err := measure(ctx, b.c.runs, []variant{
 		{"queuey EnqueueBatch", func(ctx context.Context) (map[string]float64, error) {
 			defer b.purge(work)
-			start := time.Now()
+			t := startTimer()
 			if _, err := p.EnqueueBatch(ctx, jobs); err != nil {
 				return nil, err
 			}
-			return rate(float64(n)/time.Since(start).Seconds(), nil)
+			return t.stop(n), nil
 		}},
 		{"raw window 256", func(ctx context.Context) (map[string]float64, error) {
 			defer b.purge(work)
-			start := time.Now()
+			t := startTimer()
 			if err := rawPipelined(ctx, chs[0], work, msg, n, rawWindow); err != nil {
 				return nil, err
 			}
-			return rate(float64(n)/time.Since(start).Seconds(), nil)
+			return t.stop(n), nil
 		}},
 	})
 	if err != nil {
@@ -222,6 +264,10 @@ func (b *bench) batchSection(ctx context.Context) error {
 	}
 	b.report.add(s, "batch", fmt.Sprintf("EnqueueBatch of %d jobs, pipelined confirms", n), "jobs/s",
 		"queuey EnqueueBatch", "rate", "raw window 256", "rate", "amqp091-go, 256 confirms outstanding, 1 channel", true, 0.8)
+	b.report.add(s, "batch", "CPU of this process per job (all goroutines)", "µs/job",
+		"queuey EnqueueBatch", "cpu", "raw window 256", "cpu", "amqp091-go, 256 confirms outstanding, 1 channel", false, 0)
+	b.report.add(s, "batch", "heap allocations of this process per job", "allocs/job",
+		"queuey EnqueueBatch", "allocs", "raw window 256", "allocs", "amqp091-go, 256 confirms outstanding, 1 channel", false, 0)
 	return nil
 }
 
@@ -294,7 +340,7 @@ func (b *bench) delayedSection(ctx context.Context) error {
 	queueyAfter := func(delays []time.Duration) func(ctx context.Context) (map[string]float64, error) {
 		return func(ctx context.Context) (map[string]float64, error) {
 			defer reset()
-			return rate(concurrently(ctx, concurrency, n, func(_, j int) error {
+			return (concurrently(ctx, concurrency, n, func(_, j int) error {
 				_, err := p.EnqueueAfter(ctx, "jobs", noopKind, payload, delays[j%len(delays)], nil)
 				return err
 			}))
@@ -303,7 +349,7 @@ func (b *bench) delayedSection(ctx context.Context) error {
 	rawAfter := func(delays []time.Duration, workers int) func(ctx context.Context) (map[string]float64, error) {
 		return func(ctx context.Context) (map[string]float64, error) {
 			defer reset()
-			return rate(concurrently(ctx, workers, n, func(w, j int) error {
+			return (concurrently(ctx, workers, n, func(w, j int) error {
 				ttl, err := topology.HoldTTL(delays[j%len(delays)], topology.DefaultGranularity)
 				if err != nil {
 					return err
@@ -319,7 +365,7 @@ func (b *bench) delayedSection(ctx context.Context) error {
 	s, err := measure(ctx, b.c.runs, []variant{
 		{"queuey Enqueue ×8", func(ctx context.Context) (map[string]float64, error) {
 			defer reset()
-			return rate(concurrently(ctx, concurrency, n, func(_, _ int) error {
+			return (concurrently(ctx, concurrency, n, func(_, _ int) error {
 				_, err := p.Enqueue(ctx, "jobs", noopKind, payload, nil)
 				return err
 			}))

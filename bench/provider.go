@@ -307,6 +307,7 @@ func (b *bench) providerSection(ctx context.Context) error {
 		{big, tfRun(big, n)},
 		{"raw rabbit-hole ×1", rawRun(1)},
 		{"raw rabbit-hole ×8", rawRun(providerWorkers)},
+		{"raw rabbit-hole ×16", rawRun(2 * providerWorkers)},
 		{"terraform 1 queue", tfRun("terraform 1 queue", 1)},
 	})
 	if err != nil {
@@ -321,6 +322,10 @@ func (b *bench) providerSection(ctx context.Context) error {
 		big, "destroy", "raw rabbit-hole ×8", "destroy", fmt.Sprintf("rabbit-hole delete %d, 8 workers", bq), false, 1.5)
 	b.report.add(s, "provider", fmt.Sprintf("terraform destroy, %d queues, vs serial", n), "s",
 		big, "destroy", "raw rabbit-hole ×1", "destroy", fmt.Sprintf("rabbit-hole delete %d, serial", bq), false, 0)
+	b.report.add(s, "provider", fmt.Sprintf("for scale: rabbit-hole declare %d with 16 workers, vs 8", bq), "s",
+		"raw rabbit-hole ×16", "apply", "raw rabbit-hole ×8", "apply", fmt.Sprintf("rabbit-hole declare %d, 8 workers", bq), false, 0)
+	b.report.add(s, "provider", fmt.Sprintf("for scale: rabbit-hole delete %d with 16 workers, vs 8", bq), "s",
+		"raw rabbit-hole ×16", "destroy", "raw rabbit-hole ×8", "destroy", fmt.Sprintf("rabbit-hole delete %d, 8 workers", bq), false, 0)
 	b.report.add(s, "provider", fmt.Sprintf("terraform plan, no change, %d queues", n), "s",
 		big, "plan", "raw rabbit-hole ×8", "plan", "rabbit-hole list once", false, 0)
 	b.report.add(s, "provider", "terraform's fixed cost: apply of a 1-queue set", "s",

@@ -81,7 +81,7 @@ func (b *bench) workerSection(ctx context.Context) error {
 			if err != nil {
 				return nil, err
 			}
-			start := time.Now()
+			t := startTimer()
 			if err := pool.Start(); err != nil {
 				return nil, err
 			}
@@ -93,13 +93,13 @@ func (b *bench) workerSection(ctx context.Context) error {
 			case <-ctx.Done():
 				werr = ctx.Err()
 			}
-			elapsed := time.Since(start)
+			m := t.stop(n)
 			stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			if err := pool.Stop(stopCtx); err != nil && werr == nil {
 				werr = err
 			}
-			return rate(float64(n)/elapsed.Seconds(), werr)
+			return m, werr
 		}
 	}
 	rawRun := func(prefetch int) func(ctx context.Context) (map[string]float64, error) {
@@ -113,7 +113,7 @@ func (b *bench) workerSection(ctx context.Context) error {
 				return nil, err
 			}
 			defer ch.Close()
-			start := time.Now()
+			t := startTimer()
 			if err := ch.Qos(prefetch, 0, false); err != nil {
 				return nil, err
 			}
@@ -137,7 +137,7 @@ func (b *bench) workerSection(ctx context.Context) error {
 					return nil, ctx.Err()
 				}
 			}
-			return rate(float64(n)/time.Since(start).Seconds(), nil)
+			return t.stop(n), nil
 		}
 	}
 	s, err := measure(ctx, b.c.runs, []variant{
@@ -153,6 +153,12 @@ func (b *bench) workerSection(ctx context.Context) error {
 		b.report.add(s, "worker", fmt.Sprintf("no-op handler, prefetch %d, backlog of %d", pf, n), "jobs/s",
 			fmt.Sprintf("queuey pool prefetch %d", pf), "rate", fmt.Sprintf("raw consume+ack prefetch %d", pf), "rate",
 			"amqp091-go consume + ack, 1 consumer", true, 0.8)
+		b.report.add(s, "worker", fmt.Sprintf("CPU of this process per job, prefetch %d", pf), "µs/job",
+			fmt.Sprintf("queuey pool prefetch %d", pf), "cpu", fmt.Sprintf("raw consume+ack prefetch %d", pf), "cpu",
+			"amqp091-go consume + ack, 1 consumer", false, 0)
+		b.report.add(s, "worker", fmt.Sprintf("heap allocations of this process per job, prefetch %d", pf), "allocs/job",
+			fmt.Sprintf("queuey pool prefetch %d", pf), "allocs", fmt.Sprintf("raw consume+ack prefetch %d", pf), "allocs",
+			"amqp091-go consume + ack, 1 consumer", false, 0)
 	}
 	return nil
 }
