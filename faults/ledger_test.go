@@ -32,13 +32,16 @@ type ledger struct {
 	confirmed map[int]bool
 	failed    map[int]error
 	handled   map[int]int // successful runs (acked), by Seq
+	firstAt   map[int]time.Time
+	confAt    map[int]time.Time
 	runs      int
 	// work is how long each run takes, so that a backlog builds up.
 	work time.Duration
 }
 
 func newLedger() *ledger {
-	return &ledger{confirmed: map[int]bool{}, failed: map[int]error{}, handled: map[int]int{}}
+	return &ledger{confirmed: map[int]bool{}, failed: map[int]error{}, handled: map[int]int{},
+		firstAt: map[int]time.Time{}, confAt: map[int]time.Time{}}
 }
 
 // enqueued records the outcome of one enqueue call.
@@ -48,6 +51,7 @@ func (l *ledger) enqueued(seq int, err error) {
 	l.published++
 	if err == nil {
 		l.confirmed[seq] = true
+		l.confAt[seq] = time.Now()
 	} else {
 		l.failed[seq] = err
 	}
@@ -67,6 +71,9 @@ func (l *ledger) worker() queuey.WorkFunc[faultJob] {
 			return fmt.Errorf("attempt %d of job %d fails on purpose", job.Attempt, job.Args.Seq)
 		}
 		l.mu.Lock()
+		if l.handled[job.Args.Seq] == 0 {
+			l.firstAt[job.Args.Seq] = time.Now()
+		}
 		l.handled[job.Args.Seq]++
 		l.mu.Unlock()
 		return nil
@@ -109,6 +116,23 @@ func (l *ledger) unconfirmedHandled() int {
 		}
 	}
 	return n
+}
+
+// heldThrough counts the jobs matching which that were confirmed before
+// down and first handled after up, and how many of those there are.
+func (l *ledger) heldThrough(which func(seq int) bool, down, up time.Time) (confirmed, handledAfter int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for seq, at := range l.confAt {
+		if !which(seq) || !at.Before(down) {
+			continue
+		}
+		confirmed++
+		if h, ok := l.firstAt[seq]; ok && h.After(up) {
+			handledAfter++
+		}
+	}
+	return confirmed, handledAfter
 }
 
 // firstErrors returns up to n distinct enqueue errors, for the report.
