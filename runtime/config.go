@@ -51,7 +51,9 @@ type QueueSet struct {
 // worker runs it before declaring anything.
 func (s QueueSet) Validate() error {
 	for _, q := range s.Queues {
-		if q.MaxPriority < NoPriority {
+		// Checked here rather than left to topology, whose message speaks
+		// the provider's language, where 0 means no priorities.
+		if q.MaxPriority < NoPriority || q.MaxPriority > topology.MaxPriorityLimit {
 			return fmt.Errorf("queue %q: max priority %d is out of range: use 1 to %d, 0 for the default of %d, or NoPriority",
 				q.Name, q.MaxPriority, topology.MaxPriorityLimit, topology.DefaultMaxPriority)
 		}
