@@ -12,6 +12,7 @@ import (
 	"time"
 
 	queuey "github.com/queuey/terraform-provider-queuey/runtime"
+	"github.com/queuey/terraform-provider-queuey/runtime/topology"
 )
 
 // Enqueued is one job a Producer recorded.
@@ -51,22 +52,24 @@ func NewProducer() *Producer { return &Producer{} }
 
 // Enqueue records a job to be handled now.
 func (p *Producer) Enqueue(ctx context.Context, queue, jobType string, payload any, opts *queuey.EnqueueOptions) (string, error) {
-	return p.record(ctx, queue, jobType, payload, 0, false, opts)
+	return p.record(ctx, queue, jobType, payload, 0, false, false, opts)
 }
 
 // EnqueueAfter records a job to be handled after delay.
 func (p *Producer) EnqueueAfter(ctx context.Context, queue, jobType string, payload any, delay time.Duration, opts *queuey.EnqueueOptions) (string, error) {
-	return p.record(ctx, queue, jobType, payload, delay, false, opts)
+	return p.record(ctx, queue, jobType, payload, delay, true, false, opts)
 }
 
 // Defer records a job deferred by delay.
 func (p *Producer) Defer(ctx context.Context, queue, jobType string, payload any, delay time.Duration, opts *queuey.EnqueueOptions) (string, error) {
-	return p.record(ctx, queue, jobType, payload, delay, true, opts)
+	return p.record(ctx, queue, jobType, payload, delay, true, true, opts)
 }
 
 // record checks what the real producer checks before it publishes, and keeps
-// the job.
-func (p *Producer) record(ctx context.Context, queue, jobType string, payload any, delay time.Duration, deferred bool, opts *queuey.EnqueueOptions) (string, error) {
+// the job. A held job (EnqueueAfter, Defer) has its delay checked as the
+// real producer does with its default granularity, so a delay longer than a
+// hold queue can wait is refused here too.
+func (p *Producer) record(ctx context.Context, queue, jobType string, payload any, delay time.Duration, held, deferred bool, opts *queuey.EnqueueOptions) (string, error) {
 	if err := ctx.Err(); err != nil {
 		return "", err
 	}
@@ -78,8 +81,11 @@ func (p *Producer) record(ctx context.Context, queue, jobType string, payload an
 		return "", errors.New("queueytest: the queue name is empty")
 	case jobType == "":
 		return "", errors.New("queueytest: the job type is empty: workers route jobs by it")
-	case delay < 0:
-		return "", fmt.Errorf("queueytest: delay %s is negative", delay)
+	}
+	if held {
+		if _, err := topology.HoldTTL(delay, topology.DefaultGranularity); err != nil {
+			return "", err
+		}
 	}
 	body, err := json.Marshal(payload)
 	if err != nil {

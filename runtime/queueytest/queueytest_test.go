@@ -244,3 +244,29 @@ func TestProducer(t *testing.T) {
 		t.Error("a payload that does not encode was accepted")
 	}
 }
+
+// Regression: the recording producer accepted a 30-day delay that the real
+// producer refuses, so a unit test passed for code that fails against a
+// broker.
+func TestProducerRefusesWhatTheRealProducerRefuses(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	p := queueytest.NewProducer()
+	month := 30 * 24 * time.Hour
+	if _, err := queuey.EnqueueJobAfter(ctx, p, receiptArgs{To: "a"}, month, nil); !errors.Is(err, queuey.ErrDelayTooLong) {
+		t.Errorf("EnqueueAfter 30d: %v, want ErrDelayTooLong", err)
+	}
+	if _, err := queuey.DeferJob(ctx, p, receiptArgs{To: "b"}, month, nil); !errors.Is(err, queuey.ErrDelayTooLong) {
+		t.Errorf("Defer 30d: %v, want ErrDelayTooLong", err)
+	}
+	if _, err := queuey.DeferJob(ctx, p, receiptArgs{To: "c"}, -time.Second, nil); err == nil {
+		t.Error("a negative delay was accepted")
+	}
+	if n := len(p.Jobs()); n != 0 {
+		t.Errorf("%d refused jobs were recorded", n)
+	}
+	// The longest delay a hold queue carries is still fine.
+	if _, err := queuey.EnqueueJobAfter(ctx, p, receiptArgs{To: "d"}, 24*24*time.Hour, nil); err != nil {
+		t.Errorf("EnqueueAfter 24d: %v", err)
+	}
+}
