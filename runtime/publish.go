@@ -452,6 +452,9 @@ type flights struct {
 type flight struct {
 	done chan struct{}
 	err  error
+	// waiters counts the callers that joined the call rather than run
+	// their own; read by tests, under flights.mu.
+	waiters int
 }
 
 // do runs fn for key, or, when a call for key is already running, waits for
@@ -465,7 +468,9 @@ func (fs *flights) do(ctx context.Context, key string, fn func(context.Context) 
 			fs.m = map[string]*flight{}
 		}
 		f, inFlight := fs.m[key]
-		if !inFlight {
+		if inFlight {
+			f.waiters++
+		} else {
 			f = &flight{done: make(chan struct{})}
 			fs.m[key] = f
 		}

@@ -340,48 +340,56 @@ func TestBatchError(t *testing.T) {
 	}
 }
 
+// waitForWaiters polls until n callers have joined the flight of key, or
+// reports false after 10 s: a do that never shares never gets there.
+func waitForWaiters(fs *flights, key string, n int) bool {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		fs.mu.Lock()
+		f := fs.m[key]
+		joined := f != nil && f.waiters == n
+		fs.mu.Unlock()
+		if joined {
+			return true
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return false
+}
+
 func TestFlightsShareACallInProgressAndForgetIt(t *testing.T) {
 	t.Parallel()
 	var fs flights
 	var calls atomic.Int32
-	release := make(chan struct{})
 	started := make(chan struct{})
 	boom := errors.New("refused")
+	const key, followers = "q.deferred.1000", 9
+	var joined atomic.Bool
 	fn := func(context.Context) error {
 		if calls.Add(1) == 1 {
 			close(started)
+			// Land only once every follower has joined this call.
+			joined.Store(waitForWaiters(&fs, key, followers))
 		}
-		<-release
 		return boom
 	}
-	errs := make(chan error, 10)
-	go func() { errs <- fs.do(t.Context(), "q.deferred.1000", fn) }()
+	errs := make(chan error, followers+1)
+	go func() { errs <- fs.do(t.Context(), key, fn) }()
 	<-started
-	for range 9 {
-		go func() { errs <- fs.do(t.Context(), "q.deferred.1000", fn) }()
+	for range followers {
+		go func() { errs <- fs.do(t.Context(), key, fn) }()
 	}
-	// Let the followers reach the flight before it lands.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		fs.mu.Lock()
-		n := len(fs.m)
-		fs.mu.Unlock()
-		if n == 1 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
-	time.Sleep(20 * time.Millisecond)
-	close(release)
-	for range 10 {
+	for range followers + 1 {
 		if err := <-errs; !errors.Is(err, boom) {
 			t.Errorf("shared result = %v, want %v", err, boom)
 		}
 	}
-	if n := calls.Load(); n < 1 || n > 10 {
-		t.Fatalf("%d calls", n)
+	if !joined.Load() {
+		t.Errorf("the followers never joined the call in progress")
 	}
-	t.Logf("10 callers, %d calls", calls.Load())
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("%d callers made %d calls, want 1", followers+1, n)
+	}
 
 	// Nothing is remembered: the next call runs again.
 	before := calls.Load()
@@ -418,7 +426,9 @@ func TestFlightsRetryWhenTheLeadersContextEnded(t *testing.T) {
 			return nil
 		})
 	}()
-	time.Sleep(20 * time.Millisecond) // the follower waits on the leader's flight
+	if !waitForWaiters(&fs, "k", 1) {
+		t.Error("the follower never joined the leader's call")
+	}
 	cancelLeader()
 	if err := <-leaderDone; !errors.Is(err, context.Canceled) {
 		t.Errorf("leader = %v, want its own cancellation", err)
