@@ -177,20 +177,25 @@ func unknownQueue(work string) error {
 	return fmt.Errorf("queuey: queue %q: %w: a delay or deferral needs a work queue this producer declared, for its hold queue to return the job to", work, ErrUnknownQueue)
 }
 
-// publishHeld declares the hold queue of work for ttlMs and publishes msg
-// into it.
+// publishHeld publishes msg into the hold queue of work for ttlMs,
+// declaring the hold queue immediately before every try: a message sent
+// again after a reconnect may find the queue expired meanwhile.
 func (p *Producer) publishHeld(ctx context.Context, work string, durable bool, ttlMs int64, msg amqp.Publishing) error {
 	hold := topology.HoldName(work, ttlMs)
-	if err := p.declareHold(ctx, hold, work, ttlMs, durable); err != nil {
-		return err
-	}
-	return p.publishOne(ctx, hold, msg)
+	var errs [1]error
+	p.publishRetrying(ctx, []outgoing{{key: hold, msg: msg, declare: func(ctx context.Context) error {
+		return p.declareHold(ctx, hold, work, ttlMs, durable)
+	}}}, errs[:])
+	return errs[0]
 }
 
 // outgoing is one message of a chunk.
 type outgoing struct {
 	key string
 	msg amqp.Publishing
+	// declare, when set, declares the message's queue; it runs before
+	// every try to send the message.
+	declare func(context.Context) error
 }
 
 // publishOne publishes one message and waits for its confirm.
@@ -332,13 +337,35 @@ func (p *Producer) publishChunk(ctx context.Context, out []outgoing, errs []erro
 		return
 	}
 	defer p.release(pc)
+	publishTries(ctx, out, errs, func(pending []int) []int {
+		return p.publishOnce(ctx, pc, out, pending, errs)
+	})
+}
 
+// publishTries calls once with the messages to send until it returns none
+// worth sending again, at most maxPublishTries times. Before every try it
+// runs the declaration of each message that has one (a hold queue); a
+// message whose declaration fails is not sent, and keeps that error.
+func publishTries(ctx context.Context, out []outgoing, errs []error, once func(pending []int) []int) {
 	pending := make([]int, len(out))
 	for i := range pending {
 		pending[i] = i
 	}
 	for try := 1; len(pending) > 0; try++ {
-		pending = p.publishOnce(ctx, pc, out, pending, errs)
+		declared := pending[:0] // filtered in place
+		for _, i := range pending {
+			if out[i].declare != nil {
+				if err := out[i].declare(ctx); err != nil {
+					errs[i] = err
+					continue
+				}
+			}
+			declared = append(declared, i)
+		}
+		if len(declared) == 0 {
+			return
+		}
+		pending = once(declared)
 		if try == maxPublishTries || ctx.Err() != nil {
 			return
 		}

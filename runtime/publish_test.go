@@ -440,3 +440,44 @@ func TestFlightsRetryWhenTheLeadersContextEnded(t *testing.T) {
 		t.Errorf("follower ran %d calls, want 1", followerCalls.Load())
 	}
 }
+
+// Regression: a held publish sent again after its channel closed (a lost
+// connection) skipped the hold queue's declaration, though the queue may
+// have expired meanwhile. SPEC §2: declared immediately before every held
+// publish.
+func TestPublishTriesDeclareTheHoldQueueBeforeEveryTry(t *testing.T) {
+	t.Parallel()
+	var declares, tries int
+	out := []outgoing{
+		{key: "q.deferred.1000", declare: func(context.Context) error { declares++; return nil }},
+		{key: "q"},
+	}
+	errs := make([]error, len(out))
+	publishTries(t.Context(), out, errs, func(pending []int) []int {
+		tries++
+		if declares != tries {
+			t.Errorf("try %d after %d declarations", tries, declares)
+		}
+		for _, i := range pending {
+			errs[i] = amqp.ErrClosed
+		}
+		return pending // every channel closed before its confirm
+	})
+	if tries != maxPublishTries || declares != maxPublishTries {
+		t.Errorf("%d tries, %d declarations, want %d of each", tries, declares, maxPublishTries)
+	}
+
+	// A declaration that fails keeps its message from being sent, and only
+	// that message.
+	refused := errors.New("declare refused")
+	out[0].declare = func(context.Context) error { return refused }
+	errs = make([]error, len(out))
+	var sent []int
+	publishTries(t.Context(), out, errs, func(pending []int) []int {
+		sent = append(sent, pending...)
+		return nil
+	})
+	if !errors.Is(errs[0], refused) || errs[1] != nil || len(sent) != 1 || sent[0] != 1 {
+		t.Errorf("errs %v, sent %v", errs, sent)
+	}
+}
