@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"sort"
 	"strings"
 	"sync"
 
@@ -188,24 +187,6 @@ func runAll(ctx context.Context, workers int, tasks []func() error) []error {
 	}
 	wg.Wait()
 	return errs
-}
-
-// describeArgs writes arguments as `x-max-priority=10, x-message-ttl=90000`
-// in a stable order, or "no arguments".
-func describeArgs(args map[string]any) string {
-	if len(args) == 0 {
-		return "no arguments"
-	}
-	keys := make([]string, 0, len(args))
-	for k := range args {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%s=%v", k, args[k])
-	}
-	return strings.Join(parts, ", ")
 }
 
 // brokerDiagnostic turns a failed management API request into a diagnostic

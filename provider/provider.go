@@ -13,6 +13,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -27,6 +28,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	rabbithole "github.com/michaelklishin/rabbit-hole/v2"
+	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 var _ provider.Provider = (*queueyProvider)(nil)
@@ -82,9 +84,11 @@ type providerModel struct {
 // providerData is what Configure hands to every resource.
 type providerData struct {
 	broker *broker
-	// amqpURL is kept for the lossless migration of argument changes,
-	// which moves messages over AMQP.
-	amqpURL string
+	// amqpURL and amqpConfig reach the same broker over AMQP, for the
+	// lossless migration of argument changes, which moves messages: the
+	// management API can only peek at them.
+	amqpURL    string
+	amqpConfig *amqp.Config
 }
 
 func (p *queueyProvider) Metadata(_ context.Context, _ provider.MetadataRequest, resp *provider.MetadataResponse) {
@@ -123,8 +127,10 @@ func (p *queueyProvider) Schema(_ context.Context, _ provider.SchemaRequest, res
 			"amqp_url": schema.StringAttribute{
 				Optional:  true,
 				Sensitive: true,
-				MarkdownDescription: "AMQP URL of the same broker, such as `amqps://user:password@rabbit.example.com:5671/`. " +
-					"Reserved for moving messages aside when a queue's arguments change; not used yet." + env("amqp_url"),
+				MarkdownDescription: "AMQP URL of the same broker, such as `amqps://user:password@rabbit.example.com:5671/`, " +
+					"over which a queue whose arguments change is migrated: its messages moved aside and back. " +
+					"The virtual host of each queue set is used whatever the URL's path says, and the TLS settings below apply to `amqps` too. " +
+					"(default: the endpoint's host with `username` and `password`, on port 5672, or `amqps` on 5671 when the endpoint is https)" + env("amqp_url"),
 			},
 			"ca_file": schema.StringAttribute{
 				Optional:            true,
@@ -210,7 +216,10 @@ func (p *queueyProvider) Configure(ctx context.Context, req provider.ConfigureRe
 		resp.Diagnostics.AddAttributeError(path.Root("endpoint"), "Invalid RabbitMQ Endpoint", err.Error())
 		return
 	}
-	data := &providerData{broker: b, amqpURL: amqpURL}
+	if amqpURL == "" {
+		amqpURL = defaultAMQPURL(u, username, password)
+	}
+	data := &providerData{broker: b, amqpURL: amqpURL, amqpConfig: &amqp.Config{TLSClientConfig: tlsConfig}}
 	resp.ResourceData = data
 	resp.DataSourceData = data
 }
@@ -221,6 +230,16 @@ func (p *queueyProvider) Resources(_ context.Context) []func() resource.Resource
 
 func (p *queueyProvider) DataSources(_ context.Context) []func() datasource.DataSource {
 	return nil
+}
+
+// defaultAMQPURL is the AMQP URL of the broker whose management API is at
+// endpoint, on the standard ports, with the same credentials.
+func defaultAMQPURL(endpoint *url.URL, username, password string) string {
+	u := url.URL{Scheme: "amqp", Host: net.JoinHostPort(endpoint.Hostname(), "5672"), User: url.UserPassword(username, password), Path: "/"}
+	if endpoint.Scheme == "https" {
+		u.Scheme, u.Host = "amqps", net.JoinHostPort(endpoint.Hostname(), "5671")
+	}
+	return u.String()
 }
 
 // setting resolves one string setting: the configuration, then its

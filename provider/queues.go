@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
+	"github.com/queuey/terraform-provider-queuey/provider/internal/migrate"
 	"github.com/queuey/terraform-provider-queuey/runtime/topology"
 )
 
@@ -203,11 +204,11 @@ func fromBroker(name string, work, dead brokerQueue, prior *queueModel) (queueMo
 	var problems []string
 	args, dropped := intArgs(work.Arguments)
 	if dropped {
-		problems = append(problems, fmt.Sprintf("queue %q has arguments that are not integers (%s); queuey never sets those", work.Name, describeArgs(work.Arguments)))
+		problems = append(problems, fmt.Sprintf("queue %q has arguments that are not integers (%s); queuey never sets those", work.Name, migrate.FormatArgs(work.Arguments)))
 	}
 	deadArgs, dropped := intArgs(dead.Arguments)
 	if dropped {
-		problems = append(problems, fmt.Sprintf("queue %q has arguments that are not integers (%s); queuey never sets those", dead.Name, describeArgs(dead.Arguments)))
+		problems = append(problems, fmt.Sprintf("queue %q has arguments that are not integers (%s); queuey never sets those", dead.Name, migrate.FormatArgs(dead.Arguments)))
 	}
 	for _, q := range []brokerQueue{work, dead} {
 		if q.Type != "" && q.Type != "classic" {

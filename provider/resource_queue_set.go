@@ -17,7 +17,9 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringdefault"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/types"
+	"github.com/hashicorp/terraform-plugin-log/tflog"
 
+	"github.com/queuey/terraform-provider-queuey/provider/internal/migrate"
 	"github.com/queuey/terraform-provider-queuey/runtime/topology"
 )
 
@@ -63,7 +65,9 @@ func queueSetSchema() schema.Schema {
 			"declared as classic queues through the RabbitMQ management API with the same names and arguments the queuey runtime uses.\n\n" +
 			"Adding or removing a queue in `queues` changes just that queue. RabbitMQ cannot change a queue's arguments in place, so a change of " +
 			"`max_priority`, `message_ttl` or `durable` replaces that one queue: the plan warns about it with the queue's current message count, " +
-			"and the apply deletes and declares it again only when it is empty or `force_destroy` is true. " +
+			"and the apply migrates it without losing a message: it moves the messages aside into `<prefix>.<name>.migrating` over AMQP (see the provider's `amqp_url`), " +
+			"deletes the queue once it is empty, declares it with the new arguments and moves the messages back, properties and priorities intact. " +
+			"An apply that stops halfway is finished by the next one. " +
 			"Hold queues (`<prefix>.<name>.deferred.<ms>`), which the runtime declares on demand, are not managed here and are ignored when reading.",
 		Attributes: map[string]schema.Attribute{
 			// Required.
@@ -134,8 +138,8 @@ func queueSetSchema() schema.Schema {
 				Computed: true,
 				Default:  booldefault.StaticBool(false),
 				MarkdownDescription: "Let Terraform delete queues that still hold messages, discarding them: when a queue is removed from `queues`, " +
-					"when a queue is replaced because its arguments change, and when the set is destroyed. Without it those operations fail and " +
-					"say how many messages are where. Dead letters above all are worth reading first. (default: `false`)",
+					"and when the set is destroyed. Without it those operations fail and say how many messages are where. Dead letters above all are worth reading first. " +
+					"A queue replaced because its arguments change keeps its messages either way. (default: `false`)",
 			},
 
 			// Computed.
@@ -185,12 +189,15 @@ func (r *queueSetResource) Create(ctx context.Context, req resource.CreateReques
 		}
 		specs[name] = spec
 		for _, d := range spec.declarations() {
+			if _, unfinished := existing[topology.MigrationName(d.name)]; unfinished {
+				continue // declareOrResume finishes that migration
+			}
 			if q, ok := existing[d.name]; ok && !d.matches(q) {
 				resp.Diagnostics.AddAttributeError(path.Root("queues").AtMapKey(name), "Queue Already Exists With Other Arguments",
 					fmt.Sprintf("Queue %q already exists in virtual host %q with %s (durable %t), and the configuration asks for %s (durable %t). "+
 						"RabbitMQ cannot change a queue's arguments in place. To take the existing queues over, import the set with "+
 						"terraform import <address> %q and let the plan show the change; or change the configuration to match. Nothing was declared.",
-						d.name, vhost, describeArgs(q.Arguments), q.Durable, describeArgs(d.args), d.durable, formatID(vhost, prefix)))
+						d.name, vhost, migrate.FormatArgs(q.Arguments), q.Durable, migrate.FormatArgs(d.args), d.durable, formatID(vhost, prefix)))
 			}
 		}
 	}
@@ -202,7 +209,7 @@ func (r *queueSetResource) Create(ctx context.Context, req resource.CreateReques
 	var owners []string
 	for _, name := range sortedKeys(specs) {
 		for _, d := range specs[name].declarations() {
-			tasks = append(tasks, func() error { return b.declare(vhost, d.name, d.durable, d.args) })
+			tasks = append(tasks, func() error { return r.declareOrResume(ctx, vhost, d, existing) })
 			owners = append(owners, name)
 		}
 	}
@@ -268,8 +275,27 @@ func (r *queueSetResource) Read(ctx context.Context, req resource.ReadRequest, r
 		names = sortedKeys(prior)
 	}
 
+	var listed []string
+	for n := range existing {
+		listed = append(listed, n)
+	}
+	unfinished := setOf(migrate.Unfinished(listed))
+
 	current := map[string]queueModel{}
 	for _, name := range names {
+		work := topology.WorkName(prefix, name)
+		if !importing && (unfinished[work] || unfinished[topology.DeadName(work)]) {
+			// Left out of the state, the queue is planned as added, and
+			// the apply's declaration finishes the migration.
+			where := strings.Join(heldMessages(existing, work, true, false, true), ", ")
+			if where == "" {
+				where = "its migration queue is still there" // its count had not reached the management API
+			}
+			resp.Diagnostics.AddAttributeWarning(path.Root("queues").AtMapKey(name), "Unfinished Queue Migration",
+				fmt.Sprintf("A migration of queue %q to new arguments did not finish: %s. The plan declares the queue again, and the apply finishes the migration, moving every message back.",
+					name, where))
+			continue
+		}
 		var p *queueModel
 		if old, ok := prior[name]; ok {
 			p = &old
@@ -356,32 +382,24 @@ func (r *queueSetResource) Update(ctx context.Context, req resource.UpdateReques
 		return
 	}
 
+	// One listing serves the checks below and tells which queues have a
+	// migration left unfinished by an apply that died.
+	existing, err := b.listQueues(vhost)
+	if err != nil {
+		r.listError(&resp.Diagnostics, "Update Queue Set Error", vhost, err)
+		return
+	}
 	// Check every queue that would be deleted before deleting any: an
-	// apply that refuses should change nothing.
+	// apply that refuses should change nothing. A queue whose arguments
+	// change is migrated with its messages, so it needs no such check.
 	holds := map[string][]string{}
-	if len(removed) > 0 || len(changes) > 0 {
-		existing, err := b.listQueues(vhost)
-		if err != nil {
-			r.listError(&resp.Diagnostics, "Update Queue Set Error", vhost, err)
-			return
-		}
+	if len(removed) > 0 {
 		if !force {
 			for _, name := range removed {
 				if held := heldMessages(existing, topology.WorkName(prefix, name), true, true, true); len(held) > 0 {
 					resp.Diagnostics.AddAttributeError(path.Root("queues").AtMapKey(name), "Queue Holds Messages",
 						fmt.Sprintf("Queue %q was removed from the configuration, but in virtual host %q %s. Deleting it would discard them, so nothing was changed. "+
 							"Drain them first, or set force_destroy = true to discard them.", name, vhost, strings.Join(held, ", ")))
-				}
-			}
-			// Replacing is losing messages until replaceQueue moves them
-			// aside; a lossless replaceQueue makes this check go away.
-			for _, name := range sortedKeys(changes) {
-				c := changes[name]
-				if held := heldMessages(existing, topology.WorkName(prefix, name), c.Work, false, c.Dead); len(held) > 0 {
-					resp.Diagnostics.AddAttributeError(path.Root("queues").AtMapKey(name), "Queue Holds Messages",
-						fmt.Sprintf("Queue %q must be replaced to change %s, but in virtual host %q %s. Replacing deletes the queue with its messages, so nothing was changed. "+
-							"Drain it first, or set force_destroy = true to discard them. (Replacing a queue without losing its messages is planned for a later version.)",
-							name, c.Reason, vhost, strings.Join(held, ", ")))
 				}
 			}
 			if resp.Diagnostics.HasError() {
@@ -423,9 +441,9 @@ func (r *queueSetResource) Update(ctx context.Context, req resource.UpdateReques
 				var err error
 				switch {
 				case (d.dead && c.Dead) || (!d.dead && c.Work):
-					err = r.replaceQueue(ctx, vhost, d, force)
+					err = r.replaceQueue(ctx, vhost, d)
 				case (d.dead && md) || (!d.dead && mw):
-					err = b.declare(vhost, d.name, d.durable, d.args)
+					err = r.declareOrResume(ctx, vhost, d, existing)
 				}
 				if err != nil {
 					return err
@@ -438,7 +456,7 @@ func (r *queueSetResource) Update(ctx context.Context, req resource.UpdateReques
 		spec := specs[name]
 		ops = append(ops, op{name, func() error {
 			for _, d := range spec.declarations() {
-				if err := b.declare(vhost, d.name, d.durable, d.args); err != nil {
+				if err := r.declareOrResume(ctx, vhost, d, existing); err != nil {
 					return err
 				}
 			}
@@ -455,7 +473,7 @@ func (r *queueSetResource) Update(ctx context.Context, req resource.UpdateReques
 		ops = append(ops, op{name, func() error {
 			for _, d := range spec.declarations() {
 				if (d.dead && md) || (!d.dead && mw) {
-					if err := b.declare(vhost, d.name, d.durable, d.args); err != nil {
+					if err := r.declareOrResume(ctx, vhost, d, existing); err != nil {
 						return err
 					}
 				}
@@ -741,44 +759,66 @@ func (r *queueSetResource) ModifyPlan(ctx context.Context, req resource.ModifyPl
 		if !change.Work && !change.Dead {
 			continue
 		}
-		target := old.Name.ValueString()
-		if !change.Work {
-			target = old.DeadName.ValueString()
+		spec, err := specFor(plan.Prefix.ValueString(), name, queues[name])
+		if err != nil {
+			continue // validateSet reports it
 		}
-		count := "Its current message count could not be read (the provider is not configured yet)."
+		target := spec.work
+		if !change.Work {
+			target = spec.dead
+		}
+		count, counted := -1, "Its message count could not be read (the provider is not configured yet)."
 		if r.data != nil {
-			if bq, found, err := r.data.broker.getQueue(state.Vhost.ValueString(), target); err == nil && found {
-				count = fmt.Sprintf("It holds %s now, by the management API's count, which can lag a few seconds.", messages(bq.Messages))
+			if bq, found, err := r.data.broker.getQueue(state.Vhost.ValueString(), target.name); err == nil && found {
+				count, counted = int(bq.Messages), "The count is the management API's, which can lag a few seconds."
 			}
 		}
 		resp.Diagnostics.AddAttributeWarning(path.Root("queues").AtMapKey(name), "Queue Will Be Replaced",
-			fmt.Sprintf("Queue %q in virtual host %q will be deleted and declared again, because RabbitMQ cannot change a queue's arguments in place: %s. %s "+
-				"The apply replaces it only if it is empty, or if force_destroy is true, which discards its messages; otherwise the apply fails and changes nothing.",
-				target, state.Vhost.ValueString(), change.Reason, count))
+			fmt.Sprintf("In virtual host %q, %s. It is replaced because RabbitMQ cannot change a queue's arguments in place (%s). %s "+
+				"The queue is absent for a moment between its deletion and its new declaration: queuey producers retry a publish that comes back unroutable meanwhile, "+
+				"and workers resubscribe when it is back. An apply that stops halfway is resumed by the next one, and no message is discarded.",
+				state.Vhost.ValueString(), migrate.Describe(target.name, count, target.args, target.durable), change.Reason, counted))
 	}
 }
 
-// replaceQueue declares one broker queue again with new arguments. For now
-// that is a delete, refused by the broker when the queue holds messages
-// unless force is set, and a declaration. The lossless migration of a later
-// version (move the messages aside, redeclare, move them back) replaces this
-// function; Update calls nothing else to replace a queue.
-func (r *queueSetResource) replaceQueue(_ context.Context, vhost string, d declaration, force bool) error {
-	b := r.data.broker
-	if err := b.deleteQueue(vhost, d.name, !force); err != nil {
-		return err
+// replaceQueue declares one broker queue again with new arguments without
+// losing a message: it moves them aside into the queue's migration queue over
+// AMQP, deletes the queue only when it is empty, declares it anew and moves
+// them back (see package migrate). Called for a queue whose migration queue
+// was left behind by an apply that died, it finishes that migration.
+func (r *queueSetResource) replaceQueue(ctx context.Context, vhost string, d declaration) error {
+	res, err := migrate.MigrateURL(ctx, r.data.amqpURL, vhost, r.data.amqpConfig, d.name, d.args, d.durable, nil)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errMigration, err)
 	}
-	return b.declare(vhost, d.name, d.durable, d.args)
+	tflog.Info(ctx, "queue migrated", map[string]any{
+		"queue": d.name, "found": string(res.Found), "moved_aside": res.MovedAside, "moved_back": res.MovedBack,
+		"absent_ms": res.Absent.Milliseconds(), "took_ms": res.Took.Milliseconds(),
+	})
+	return nil
+}
+
+// errMigration marks a failed migration, whose messages are safe in one of
+// two queues and which the next apply resumes.
+var errMigration = errors.New("migration failed")
+
+// declareOrResume declares d, or, when a migration of d's queue was left
+// unfinished (its migration queue exists), finishes that migration.
+func (r *queueSetResource) declareOrResume(ctx context.Context, vhost string, d declaration, existing map[string]brokerQueue) error {
+	if _, unfinished := existing[topology.MigrationName(d.name)]; unfinished {
+		return r.replaceQueue(ctx, vhost, d)
+	}
+	return r.data.broker.declare(vhost, d.name, d.durable, d.args)
 }
 
 // removeQueue deletes a logical queue: its hold queues, its work queue and
 // its dead-letter queue, in that order, so that nothing dead-letters into a
-// queue already gone. Without force the broker refuses each deletion of a
+// queue already gone; and a migration queue an unfinished migration left. Without force the broker refuses each deletion of a
 // queue that holds messages, whatever a lagging count said.
 func (r *queueSetResource) removeQueue(vhost, prefix, name string, holds []string, force bool) error {
 	b := r.data.broker
 	work := topology.WorkName(prefix, name)
-	for _, n := range append(append([]string{}, holds...), work, topology.DeadName(work)) {
+	for _, n := range append(append([]string{}, holds...), work, topology.MigrationName(work), topology.DeadName(work)) {
 		if err := b.deleteQueue(vhost, n, !force); err != nil {
 			return err
 		}
@@ -811,6 +851,11 @@ func (r *queueSetResource) listError(diags *diag.Diagnostics, summary, vhost str
 func (r *queueSetResource) declareError(diags *diag.Diagnostics, summary, vhost, prefix, name string, err error) {
 	at := path.Root("queues").AtMapKey(name)
 	switch {
+	case errors.Is(err, errMigration):
+		diags.AddAttributeError(at, "Queue Migration Error",
+			fmt.Sprintf("Migrating a queue of %q in virtual host %q to its new arguments stopped. No message was discarded: they are in the queue or in its migration queue (ending in %q), "+
+				"and the next apply resumes the migration. Check that the broker answers over AMQP at the provider's amqp_url (or QUEUEY_AMQP_URL), then apply again.\n\n%s",
+				name, vhost, topology.MigrationSuffix, err))
 	case errors.Is(err, errInequivalent):
 		diags.AddAttributeError(at, "Queue Already Exists With Other Arguments",
 			fmt.Sprintf("A queue of %q already exists in virtual host %q with other arguments or durability than the configuration asks for. "+
@@ -869,7 +914,7 @@ func specFor(prefix, name string, q queueModel) (queueSpec, error) {
 func heldMessages(existing map[string]brokerQueue, workName string, work, holds, dead bool) []string {
 	var names []string
 	if work {
-		names = append(names, workName)
+		names = append(names, workName, topology.MigrationName(workName))
 	}
 	if holds {
 		var found []string
@@ -886,7 +931,7 @@ func heldMessages(existing map[string]brokerQueue, workName string, work, holds,
 	var out []string
 	for _, n := range names {
 		if q, ok := existing[n]; ok && q.Messages > 0 {
-			out = append(out, fmt.Sprintf("queue %q holds %s", n, messages(q.Messages)))
+			out = append(out, fmt.Sprintf("queue %q holds %s", n, migrate.Count(int(q.Messages))))
 		}
 	}
 	return out
@@ -898,11 +943,4 @@ func setOf(names []string) map[string]bool {
 		m[n] = true
 	}
 	return m
-}
-
-func messages(n int64) string {
-	if n == 1 {
-		return "1 message"
-	}
-	return fmt.Sprintf("%d messages", n)
 }

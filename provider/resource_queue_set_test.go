@@ -248,51 +248,43 @@ func TestAccQueueSet_changeMaxPriority(t *testing.T) {
 				}),
 				b.checkCount(work(p, "b"), 1),
 				resource.TestCheckResourceAttr(addr, "queues.a.arguments.x-max-priority", "5"),
-				warnings.check("a", regexp.MustCompile(`(?s)Queue "`+regexp.QuoteMeta(work(p, "a"))+`".*x-max-priority 10 → 5.*holds 0 messages`)),
+				warnings.check("a", regexp.MustCompile(`(?s)queue "`+regexp.QuoteMeta(work(p, "a"))+`" \(0 messages\) will be migrated.*x-max-priority 10 → 5`)),
 			),
 		}, {
-			// a now holds messages: the change is refused and nothing is
-			// deleted.
+			// a now holds messages: the change migrates them, and the
+			// plan said how many would move.
 			PreConfig: func() {
 				b.publish(work(p, "a"), 3)
 				b.waitManagementCount(work(p, "a"), 3)
 				warnings.reset()
 			},
-			Config:      b.providerBlock("") + setConfig(p, false, `a = { max_priority = 7 }`+"\n"+`b = {}`),
-			ExpectError: regexp.MustCompile(`(?s)Queue Holds Messages.*x-max-priority 5 → 7.*` + regexp.QuoteMeta(work(p, "a")) + `.*holds 3 messages`),
-		}, {
-			PreConfig: func() {
-				if n, err := b.count(work(p, "a")); err != nil || n != 3 {
-					t.Errorf("after the refused replacement %s holds %d messages (%v), want 3", work(p, "a"), n, err)
-				}
-				// The plan of the refused apply warned with the count.
-				if err := warnings.check("a", regexp.MustCompile(`(?s)x-max-priority 5 → 7.*holds 3 messages`))(nil); err != nil {
-					t.Error(err)
-				}
-			},
-			// Back to what the broker has: no change, and the messages
-			// are still there.
-			Config: b.providerBlock("") + setConfig(p, false, `a = { max_priority = 5 }`+"\n"+`b = {}`),
+			Config: b.providerBlock("") + setConfig(p, false, `a = { max_priority = 7 }`+"\n"+`b = {}`),
 			ConfigPlanChecks: resource.ConfigPlanChecks{
-				PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()},
+				PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction(addr, plancheck.ResourceActionUpdate),
+					expectChangedQueues(addr, "a"),
+				},
 			},
 			Check: resource.ComposeAggregateTestCheckFunc(
 				b.checkCount(work(p, "a"), 3),
+				b.checkCount(work(p, "b"), 1),
 				b.checkQueues(p, map[string]wantQueue{
-					work(p, "a"): {true, map[string]any{topology.ArgMaxPriority: int64(5)}},
+					work(p, "a"): {true, map[string]any{topology.ArgMaxPriority: int64(7)}},
 					dead(p, "a"): {true, map[string]any{}},
 					work(p, "b"): {true, map[string]any{topology.ArgMaxPriority: int64(10)}},
 					dead(p, "b"): {true, map[string]any{}},
 				}),
+				warnings.check("a", regexp.MustCompile(`(?s)queue "`+regexp.QuoteMeta(work(p, "a"))+`" \(3 messages\) will be migrated.*x-max-priority 5 → 7`)),
 			),
 		}, {
-			// force_destroy lets it through, discarding a's messages.
-			Config: b.providerBlock("") + setConfig(p, true, `a = { max_priority = 7 }`+"\n"+`b = {}`),
+			// Back to no priorities at all, with the messages still there;
+			// force_destroy only so that the test's destroy may discard them.
+			Config: b.providerBlock("") + setConfig(p, true, `a = { max_priority = 0 }`+"\n"+`b = {}`),
 			Check: resource.ComposeAggregateTestCheckFunc(
-				b.checkCount(work(p, "a"), 0),
+				b.checkCount(work(p, "a"), 3),
 				b.checkCount(work(p, "b"), 1),
 				b.checkQueues(p, map[string]wantQueue{
-					work(p, "a"): {true, map[string]any{topology.ArgMaxPriority: int64(7)}},
+					work(p, "a"): {true, map[string]any{}},
 					dead(p, "a"): {true, map[string]any{}},
 					work(p, "b"): {true, map[string]any{topology.ArgMaxPriority: int64(10)}},
 					dead(p, "b"): {true, map[string]any{}},
