@@ -59,7 +59,7 @@ func main() {
 	flag.StringVar(&c.user, "user", "guest", "management API user")
 	flag.StringVar(&c.pass, "password", "guest", "management API password")
 	flag.IntVar(&c.runs, "runs", 5, "repetitions of every runtime figure; each figure is their median")
-	flag.IntVar(&c.providerRuns, "provider-runs", 3, "repetitions of every provider figure")
+	flag.IntVar(&c.providerRuns, "provider-runs", 5, "repetitions of every provider figure")
 	flag.IntVar(&c.enqueueJobs, "enqueue-jobs", 3000, "jobs per run of the enqueue figures")
 	flag.IntVar(&c.batchJobs, "batch-jobs", 5000, "jobs per run of the batch figures")
 	flag.IntVar(&c.delayedJobs, "delayed-jobs", 2000, "jobs per run of the delayed-enqueue figures")
