@@ -346,14 +346,26 @@ func (p *WorkerPool) consume(q *poolQueue) {
 		p.mu.Lock()
 		delete(p.sessions, q)
 		p.mu.Unlock()
-		select {
-		case <-cancels:
+		switch {
+		case brokerCancelled(cancels):
 			p.log.Warn("queuey: the broker cancelled the consumer (was the work queue deleted?); resubscribing once it is back", "queue", q.work, "consumer", tag)
-		default:
-			if !p.isStopping() {
-				p.log.Warn("queuey: the subscription ended (channel or connection lost); resubscribing", "queue", q.work)
-			}
+		case !p.isStopping():
+			p.log.Warn("queuey: the subscription ended (channel or connection lost); resubscribing", "queue", q.work)
 		}
+	}
+}
+
+// brokerCancelled reports whether the broker cancelled the consumer whose
+// cancel notifications are cancels, once its deliveries have ended.
+// amqp091-go sends the consumer's tag when the broker cancels it, and closes
+// cancels when the channel shuts down for any reason, a lost connection
+// included: only a value is a cancellation.
+func brokerCancelled(cancels <-chan string) bool {
+	select {
+	case _, ok := <-cancels:
+		return ok
+	default:
+		return false
 	}
 }
 

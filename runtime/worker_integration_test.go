@@ -856,6 +856,15 @@ func TestIntegrationWorkerReconnectsAfterConnectionKilled(t *testing.T) {
 	if len(e.log.find("connection re-established")) == 0 {
 		t.Errorf("no reconnect was logged")
 	}
+	// Regression: amqp091-go closes a channel's cancel notifications when
+	// the channel shuts down, which the pool took for the broker cancelling
+	// its consumer.
+	if recs := e.log.find("broker cancelled the consumer"); len(recs) != 0 {
+		t.Errorf("a lost connection was logged as a cancelled consumer: %v", recs)
+	}
+	if len(e.log.find("subscription ended (channel or connection lost)")) == 0 {
+		t.Errorf("the lost subscription was not logged")
+	}
 	wkEventually(t, 10*time.Second, func() bool { return e.ready(work) == 0 }, "the work queue to be empty")
 	if n := e.ready(set.DeadQueue("jobs")); n != 0 {
 		t.Errorf("%d dead letters", n)

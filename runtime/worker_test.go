@@ -306,3 +306,23 @@ func TestWorkerPoolRefusesPrefetchAboveTheAMQPLimit(t *testing.T) {
 		t.Error("a prefetch of 70000 was accepted")
 	}
 }
+
+// Regression: amqp091-go closes a channel's cancel notifications when the
+// channel shuts down, and the pool logged every lost connection as the
+// broker cancelling its consumer.
+func TestBrokerCancelledOnlyForACancellation(t *testing.T) {
+	t.Parallel()
+	closed := make(chan string, 1)
+	close(closed)
+	if brokerCancelled(closed) {
+		t.Error("a closed notification channel (the channel shut down) was taken for a cancellation")
+	}
+	if brokerCancelled(make(chan string, 1)) {
+		t.Error("an empty notification channel was taken for a cancellation")
+	}
+	sent := make(chan string, 1)
+	sent <- "queuey-p.jobs-1234"
+	if !brokerCancelled(sent) {
+		t.Error("the broker's cancellation was missed")
+	}
+}
