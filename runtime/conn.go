@@ -18,6 +18,9 @@ package queuey
 //	    while a reconnect is in progress. Channels die with their
 //	    connection: keep the *amqp.Channel, and when it reports IsClosed (or
 //	    an operation fails with amqp.ErrClosed) open a new one here.
+//	(*conn).channelUntil(ctx, stop) (*amqp.Channel, error)
+//	    channel, giving up with ErrClosed when stop is closed: for an owner
+//	    (a producer) that closes before the conn does.
 //	(*conn).notifyReconnect(ch) chan struct{}
 //	    Registers ch to receive a value (non-blocking send, so give it a
 //	    buffer of 1) after every successful reconnect, once onConnect has run:
@@ -235,6 +238,12 @@ func backoff(n int) time.Duration {
 // channel opens a channel on the current connection; see the comment at the
 // top of this file.
 func (c *conn) channel(ctx context.Context) (*amqp.Channel, error) {
+	return c.channelUntil(ctx, nil)
+}
+
+// channelUntil is channel, returning ErrClosed once stop is closed; see the
+// comment at the top of this file. A nil stop never is.
+func (c *conn) channelUntil(ctx context.Context, stop <-chan struct{}) (*amqp.Channel, error) {
 	for {
 		c.mu.Lock()
 		cur, ready, closed, lost := c.cur, c.ready, c.closed, c.lost
@@ -261,6 +270,8 @@ func (c *conn) channel(ctx context.Context) (*amqp.Channel, error) {
 				return nil, ctx.Err()
 			case <-c.done:
 				return nil, ErrClosed
+			case <-stop:
+				return nil, ErrClosed
 			case <-time.After(10 * time.Millisecond):
 			}
 		default:
@@ -268,6 +279,8 @@ func (c *conn) channel(ctx context.Context) (*amqp.Channel, error) {
 			case <-ctx.Done():
 				return nil, fmt.Errorf("queuey: waiting for the AMQP connection to come back: %w", ctx.Err())
 			case <-c.done:
+				return nil, ErrClosed
+			case <-stop:
 				return nil, ErrClosed
 			case <-ready:
 			}

@@ -45,6 +45,10 @@ type Producer struct {
 	mu       sync.RWMutex
 	closed   bool
 	inflight sync.WaitGroup
+	// closing is closed when Close begins, so that a publish waiting for a
+	// lost connection to come back gives up with ErrClosed rather than keep
+	// Close waiting for it.
+	closing chan struct{}
 }
 
 // NewProducer connects to the broker at url (an amqp:// or amqps:// URI),
@@ -131,6 +135,7 @@ func newProducer(c *conn, ownConn bool, set *QueueSet, prefix string, opts *Prod
 		prefix:  prefix,
 		pool:    make(chan *pubChannel, o.Channels),
 		decls:   make(chan *declChannel, o.Channels),
+		closing: make(chan struct{}),
 	}
 	for range o.Channels {
 		p.pool <- &pubChannel{}
@@ -304,8 +309,9 @@ func (p *Producer) EnqueueBatch(ctx context.Context, jobs []BatchJob) ([]string,
 }
 
 // Close waits for the publishes in flight, then closes the producer's
-// channels and its connection. Publishing after Close, and Close again,
-// return ErrClosed.
+// channels and its connection. A publish that is waiting for a lost
+// connection to come back does not keep Close waiting: it fails with
+// ErrClosed. Publishing after Close, and Close again, return ErrClosed.
 func (p *Producer) Close() error {
 	p.mu.Lock()
 	if p.closed {
@@ -313,6 +319,7 @@ func (p *Producer) Close() error {
 		return ErrClosed
 	}
 	p.closed = true
+	close(p.closing)
 	p.mu.Unlock()
 	p.inflight.Wait()
 

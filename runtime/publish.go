@@ -291,7 +291,7 @@ func (p *Producer) open(ctx context.Context, pc *pubChannel) error {
 		return nil
 	}
 	pc.discard()
-	ch, err := p.conn.channel(ctx)
+	ch, err := p.conn.channelUntil(ctx, p.closing)
 	if err != nil {
 		return err
 	}
@@ -548,7 +548,7 @@ func (p *Producer) declareOnDeclChannel(ctx context.Context, name string, durabl
 	defer func() { p.decls <- dc }()
 	for try := 0; ; try++ {
 		if dc.ch == nil || dc.ch.IsClosed() {
-			ch, err := p.conn.channel(ctx)
+			ch, err := p.conn.channelUntil(ctx, p.closing)
 			if err != nil {
 				return fmt.Errorf("queuey: declare queue %q: %w", name, err)
 			}

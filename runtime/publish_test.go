@@ -481,3 +481,36 @@ func TestPublishTriesDeclareTheHoldQueueBeforeEveryTry(t *testing.T) {
 		t.Errorf("errs %v, sent %v", errs, sent)
 	}
 }
+
+// Regression: Close waited for the publishes in flight, and a publish whose
+// context has no deadline waits for a lost connection as long as the broker
+// is down, so Close hung with it.
+func TestCloseDoesNotWaitForABrokerThatIsDown(t *testing.T) {
+	t.Parallel()
+	c := newConn(nil, nil)
+	c.redial = true // a conn between connections: channel waits for ready
+	p := newProducer(c, true, nil, "", nil)
+	published := make(chan error, 1)
+	go func() {
+		_, err := p.Enqueue(context.Background(), "jobs", "t", nil, nil)
+		published <- err
+	}()
+	// Close only once the publish holds a publishing channel: it is then
+	// waiting for the connection.
+	for len(p.pool) == cap(p.pool) {
+		time.Sleep(time.Millisecond)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- p.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Errorf("Close = %v", err)
+		}
+	case <-time.After(time.Minute): // only so that the bug fails rather than hangs
+		t.Fatal("Close is still waiting for the publish in flight")
+	}
+	if err := <-published; !errors.Is(err, ErrClosed) {
+		t.Errorf("the publish in flight = %v, want ErrClosed", err)
+	}
+}
