@@ -26,6 +26,11 @@ const (
 	// ActionDeadLetter publishes the delivery to the queue's dead-letter
 	// queue with the reason, then acknowledges it.
 	ActionDeadLetter
+	// ActionRequeue returns the delivery to its queue as it is (a nack with
+	// requeue), to be delivered again at the same attempt: the handler was
+	// interrupted because the job's parent context ended (a worker pool's
+	// Stop ran out of time), and a shutdown is not an attempt.
+	ActionRequeue
 )
 
 func (a Action) String() string {
@@ -38,6 +43,8 @@ func (a Action) String() string {
 		return "defer"
 	case ActionDeadLetter:
 		return "dead-letter"
+	case ActionRequeue:
+		return "requeue"
 	}
 	return fmt.Sprintf("Action(%d)", int(a))
 }
@@ -113,7 +120,9 @@ func NewDispatcher(workers *Workers, opts *WorkerOptions) (*Dispatcher, error) {
 
 // Dispatch handles one message body taken from the logical queue queue and
 // returns what to do with it. ctx is the job's parent context: cancelling it
-// cancels the handler's.
+// cancels the handler's, and a handler that does not finish because of it
+// (it is abandoned, or it fails with context.Canceled) is not counted as an
+// attempt: the outcome is ActionRequeue.
 func (d *Dispatcher) Dispatch(ctx context.Context, queue string, body []byte) Outcome {
 	env, err := decodeEnvelope(body)
 	if err != nil {
@@ -150,6 +159,9 @@ func (d *Dispatcher) DispatchEnvelope(ctx context.Context, queue string, env Env
 		timeout = p.timeout
 	}
 	err = runJob(ctx, p, jc, timeout)
+	if ctx.Err() != nil && interrupted(err) {
+		return Outcome{Action: ActionRequeue, Err: err, Job: jc, Policy: policy, env: &env}
+	}
 	o := classify(jc, err, policy, d.opts.RetryGranularity, d.opts.DeferGranularity, d.rnd)
 	o.env = &env
 	return o
@@ -198,6 +210,22 @@ func runJob(ctx context.Context, p *preparedJob, jc JobContext, timeout time.Dur
 		}
 	}
 	return err
+}
+
+// interrupted reports whether a handler's result, once the job's parent
+// context was cancelled, is that cancellation (the handler was abandoned,
+// or returned context.Canceled) rather than a verdict of its own: a fatal
+// error, a deferral or a panic stands.
+func interrupted(err error) bool {
+	if !errors.Is(err, context.Canceled) {
+		return false
+	}
+	var (
+		fatal *FatalError
+		def   *DeferError
+		pe    *PanicError
+	)
+	return !errors.As(err, &fatal) && !errors.As(err, &def) && !errors.As(err, &pe)
 }
 
 // classify turns a handler's result into an outcome. It is pure: the

@@ -348,3 +348,34 @@ func TestWorkersRefuseEmptyKind(t *testing.T) {
 		t.Errorf("got %v", err)
 	}
 }
+
+// A handler interrupted by its parent context (the pool's Stop running out of
+// time) has not had an attempt: whether it is abandoned or returns the
+// cancellation, the job goes back unchanged, even on its last attempt.
+func TestDispatcherRequeuesAJobInterruptedByItsParent(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	ws := NewWorkers()
+	AddWorker(ws, WorkFunc[plainArgs](func(ctx context.Context, j *Job[plainArgs]) error {
+		switch j.Args.N {
+		case 0:
+			<-release // ignores its context: abandoned
+			return nil
+		}
+		<-ctx.Done()
+		return fmt.Errorf("smtp: %w", ctx.Err())
+	}))
+	d, err := NewDispatcher(ws, &WorkerOptions{Retry: &RetryPolicy{MaxAttempts: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, n := range []int{0, 1} {
+		o := d.Dispatch(ctx, "q1", envelopeBody(t, "plain", "p.q1", 2, plainArgs{N: n}))
+		if o.Action != ActionRequeue || o.Job.Attempt != 2 || !errors.Is(o.Err, context.Canceled) || o.env == nil {
+			t.Errorf("handler %d: %+v, want a requeue at attempt 2", n, o)
+		}
+	}
+}

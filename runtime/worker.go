@@ -243,9 +243,10 @@ func (p *WorkerPool) Start() error {
 // Stop shuts the pool down gracefully: it cancels its consumers so that
 // nothing more is pulled, lets every job already pulled finish and settles
 // it (ack, retry, deferral or dead letter), then closes its connections. If
-// ctx ends first, the handlers' contexts are cancelled, their jobs are
-// settled as failures (and so retried), and Stop returns ctx's error once
-// they are. A second Stop returns ErrClosed.
+// ctx ends first, the handlers' contexts are cancelled and the jobs they were
+// running are returned to their queues as they were (a shutdown is not an
+// attempt: ActionRequeue), and Stop returns ctx's error once they are. A
+// second Stop returns ErrClosed.
 func (p *WorkerPool) Stop(ctx context.Context) error {
 	p.mu.Lock()
 	if p.stopping {
@@ -431,6 +432,13 @@ func (p *WorkerPool) handle(q *poolQueue, d amqp.Delivery) {
 // and acknowledges only once the broker confirmed the publish. A delivery
 // whose publish failed is returned to its queue.
 func (p *WorkerPool) settle(q *poolQueue, d amqp.Delivery, o Outcome, took time.Duration) {
+	if o.Action == ActionRequeue {
+		if err := d.Nack(false, true); err != nil {
+			p.log.Warn("queuey: could not return an interrupted job; the broker will deliver it again when the channel closes", "queue", q.work, "job_id", o.Job.ID, "error", err)
+		}
+		p.log.Warn("queuey: job interrupted by the shutdown; returned to the queue at the same attempt", "queue", q.work, "job_id", o.Job.ID, "job_type", o.Job.Type, "attempt", o.Job.Attempt, "duration", took)
+		return
+	}
 	if o.Action == ActionAck {
 		// The common case: no publish to bound, and no log record to
 		// build when Info is off.

@@ -1046,8 +1046,10 @@ func (wkOther) Kind() string  { return "wk.other" }
 func (wkOther) Queue() string { return "other" }
 
 // A Stop whose context ends before the jobs do cancels the handlers and
-// settles their jobs as failures: they are retried, not lost.
-func TestIntegrationWorkerStopTimeoutRetriesRunningJobs(t *testing.T) {
+// returns their jobs to the work queue as they were: a shutdown is not an
+// attempt, so a job on its last attempt is not dead-lettered (it was, when
+// the interrupted jobs were settled as failures).
+func TestIntegrationWorkerStopTimeoutRequeuesRunningJobs(t *testing.T) {
 	t.Parallel()
 	e := wkSetup(t, "hardstop")
 	set := e.set(queuey.QueueConfig{Name: "jobs", Prefetch: 3})
@@ -1065,25 +1067,39 @@ func TestIntegrationWorkerStopTimeoutRetriesRunningJobs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	pool := e.start(set, ws, &queuey.WorkerOptions{RetryGranularity: 100 * time.Millisecond, Retry: &queuey.RetryPolicy{Base: 100 * time.Millisecond}})
+	// One attempt: a job settled as a failure would be dead-lettered.
+	pool := e.start(set, ws, &queuey.WorkerOptions{Retry: &queuey.RetryPolicy{MaxAttempts: 1}})
 	wkEventually(t, 10*time.Second, func() bool { return started.len() == 3 }, "three jobs running")
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	if err := pool.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Stop = %v, want the context's deadline", err)
 	}
-	// The three running jobs went through a hold queue back to the work
-	// queue, at attempt 2; the two never pulled are still there.
+	// The three running jobs are back in the work queue at attempt 1,
+	// beside the two never pulled.
 	wkEventually(t, 5*time.Second, func() bool { return e.ready(work) == 5 }, "all five jobs in the work queue (%d)", e.ready(work))
 	attempts := map[int]int{}
+	redelivered := 0
 	for _, d := range e.getAll(work) {
 		var env queuey.Envelope
 		if err := json.Unmarshal(d.Body, &env); err != nil {
 			t.Fatal(err)
 		}
 		attempts[env.Attempt]++
+		if d.Redelivered {
+			redelivered++
+		}
 	}
-	if attempts[1] != 2 || attempts[2] != 3 {
-		t.Errorf("attempts in the queue %v, want two at 1 and three at 2", attempts)
+	if attempts[1] != 5 {
+		t.Errorf("attempts in the queue %v, want all five at 1", attempts)
+	}
+	if redelivered != 3 {
+		t.Errorf("%d redelivered jobs, want the 3 that were running, returned rather than republished", redelivered)
+	}
+	if n := e.ready(set.DeadQueue("jobs")); n != 0 {
+		t.Errorf("%d dead letters", n)
+	}
+	if n := len(e.log.find("interrupted by the shutdown")); n != 3 {
+		t.Errorf("%d interrupted jobs logged, want 3", n)
 	}
 }

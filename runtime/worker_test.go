@@ -75,7 +75,7 @@ type settleBundle struct {
 func setupSettle(t *testing.T, hook func(context.Context, DeadLetter)) *settleBundle {
 	t.Helper()
 	ws := NewWorkers()
-	AddWorker(ws, WorkFunc[plainArgs](func(_ context.Context, j *Job[plainArgs]) error {
+	AddWorker(ws, WorkFunc[plainArgs](func(ctx context.Context, j *Job[plainArgs]) error {
 		switch j.Args.N {
 		case 0:
 			return nil
@@ -83,6 +83,9 @@ func setupSettle(t *testing.T, hook func(context.Context, DeadLetter)) *settleBu
 			return errors.New("flaky")
 		case 2:
 			return JobDefer(2*time.Second, "Retry-After: 2")
+		case 4:
+			<-ctx.Done()
+			return ctx.Err()
 		}
 		return JobFatal(errors.New("never"))
 	}))
@@ -324,5 +327,22 @@ func TestBrokerCancelledOnlyForACancellation(t *testing.T) {
 	sent <- "queuey-p.jobs-1234"
 	if !brokerCancelled(sent) {
 		t.Error("the broker's cancellation was missed")
+	}
+}
+
+// Regression: a Stop that ran out of time cancelled the running handlers and
+// settled their jobs as failures, which dead-lettered a job on its last
+// attempt. A shutdown is not an attempt: the delivery goes back as it is.
+func TestWorkerPoolSettleInterruptedByStopRequeuesWithoutAnAttempt(t *testing.T) {
+	t.Parallel()
+	b := setupSettle(t, nil)
+	b.pool.jobCancel() // what Stop does when its context ends
+	// The last of 3 attempts: settled as a failure, it was dead-lettered.
+	b.deliver(t, envelopeBody(t, "plain", "p.q1", 3, plainArgs{N: 4}))
+	if got := strings.Join(*b.events, ","); got != "nack-requeue" {
+		t.Errorf("events %s, want the delivery returned and nothing published", got)
+	}
+	if len(b.hooked) != 0 {
+		t.Errorf("the dead-letter hook ran: %+v", b.hooked)
 	}
 }

@@ -101,6 +101,8 @@ func (r *Result) String() string {
 		return fmt.Sprintf("deferred by %s (%s)", r.HoldTTL, r.Reason)
 	case queuey.ActionDeadLetter:
 		return fmt.Sprintf("dead-lettered (%s)", r.Reason)
+	case queuey.ActionRequeue:
+		return fmt.Sprintf("returned to the queue unchanged (interrupted: %v)", r.Err)
 	}
 	return r.Action.String()
 }
