@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"runtime"
+	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -380,6 +383,13 @@ func (b *bench) delayedSection(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := b.countDeclarations(ctx, n, map[string]func(context.Context) (map[string]float64, error){
+		"queuey EnqueueAfter, 1 delay, 8 concurrent":         queueyAfter(one),
+		"queuey EnqueueAfter, 50 delays, 8 concurrent":       queueyAfter(fifty),
+		"raw declare+publish+confirm, 1 delay, 8 concurrent": rawAfter(one, concurrency),
+	}); err != nil {
+		return err
+	}
 	for _, d := range []struct{ label, q, r string }{
 		{"1 delay", "queuey EnqueueAfter 1 delay ×8", "1 delay"},
 		{"50 delays", "queuey EnqueueAfter 50 delays ×8", "50 delays"},
@@ -400,6 +410,61 @@ func (b *bench) delayedSection(ctx context.Context) error {
 func (b *bench) purgeQuiet(queues ...string) error {
 	for _, q := range queues {
 		_ = b.purge(q)
+	}
+	return nil
+}
+
+// countDeclarations runs each variant once more and counts the queue.declare
+// methods the broker saw meanwhile, from the management API's cumulative
+// churn counter, to show whether concurrent held publishes to one hold queue
+// share their declaration. The counter is broker-wide and refreshed every
+// few seconds, so the bench waits for it before and after, and other clients
+// declaring meanwhile count too: the figure is an upper bound.
+func (b *bench) countDeclarations(ctx context.Context, n int, variants map[string]func(context.Context) (map[string]float64, error)) error {
+	declared := func() (int64, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(b.c.mgmtURL, "/")+"/api/overview?columns=churn_rates", nil)
+		if err != nil {
+			return 0, err
+		}
+		req.SetBasicAuth(b.c.user, b.c.pass)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		defer res.Body.Close()
+		var ov struct {
+			ChurnRates struct {
+				QueueDeclared int64 `json:"queue_declared"`
+			} `json:"churn_rates"`
+		}
+		if err := json.NewDecoder(res.Body).Decode(&ov); err != nil {
+			return 0, err
+		}
+		return ov.ChurnRates.QueueDeclared, nil
+	}
+	// The management API refreshes its counters every 5 s by default.
+	const settle = 6 * time.Second
+	names := make([]string, 0, len(variants))
+	for name := range variants {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		time.Sleep(settle)
+		before, err := declared()
+		if err != nil {
+			return err
+		}
+		if _, err := variants[name](ctx); err != nil {
+			return err
+		}
+		time.Sleep(settle)
+		after, err := declared()
+		if err != nil {
+			return err
+		}
+		b.report.notes = append(b.report.notes, fmt.Sprintf("queue.declare seen by the broker during %d jobs of %s: %d (%.2f per job; broker-wide, so an upper bound)",
+			n, name, after-before, float64(after-before)/float64(n)))
 	}
 	return nil
 }

@@ -48,6 +48,7 @@ type config struct {
 	only        string
 	out         string
 	cpuProfile  string
+	memProfile  string
 	terraform   string
 	providerBin string
 }
@@ -70,6 +71,7 @@ func main() {
 	flag.StringVar(&c.only, "only", "", "comma-separated sections to run (enqueue,batch,delayed,worker,lateness,provider); default all")
 	flag.StringVar(&c.out, "out", "", "also write the report (Markdown) to this file")
 	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	flag.StringVar(&c.memProfile, "memprofile", "", "write a heap profile (see its alloc_objects) at the end of the run to this file")
 	flag.StringVar(&c.terraform, "terraform", "", "terraform binary (default: scripts/terraform.sh, then PATH)")
 	flag.StringVar(&c.providerBin, "provider-bin", "", "directory holding a built terraform-provider-queuey (default: build one)")
 	flag.Parse()
@@ -145,6 +147,12 @@ func run(ctx context.Context, c config) int {
 		b.cleanupQueues()
 	}
 	b.report.took = time.Since(b.report.start)
+	if c.memProfile != "" {
+		if f, err := os.Create(c.memProfile); err == nil {
+			_ = pprof.Lookup("allocs").WriteTo(f, 0)
+			_ = f.Close()
+		}
+	}
 	b.report.loadAfter = loadAvg()
 
 	md := b.report.markdown(c)
