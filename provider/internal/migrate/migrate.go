@@ -64,7 +64,7 @@ var Steps = []Step{StepDeclareTemp, StepMoveAside, StepDelete, StepRedeclare, St
 // Defaults of Options.
 const (
 	DefaultBatch     = 256
-	DefaultMaxRounds = 20
+	DefaultMaxRounds = 100
 )
 
 // Options tune a migration. The zero value, like nil, means every default.
@@ -145,6 +145,8 @@ type Result struct {
 	// rounds. When a resumed migration found q absent, it counts from the
 	// start of this call. Zero when q was not absent during this call.
 	Absent time.Duration
+	// DeletedAt is when q was last deleted, zero if never.
+	DeletedAt time.Time
 	// Took is the whole migration.
 	Took time.Duration
 }
@@ -329,6 +331,7 @@ func (m *migration) replace(absent bool) error {
 				return err
 			}
 			deletedAt = time.Now()
+			m.res.DeletedAt = deletedAt
 		}
 		matches, err := m.declareTarget()
 		if err != nil {
@@ -355,7 +358,14 @@ func (m *migration) replace(absent bool) error {
 // deletes q, moving again as long as new work beats the delete.
 func (m *migration) moveAsideAndDelete() error {
 	for round := 0; ; round++ {
-		n, err := m.move(m.queue, m.temp)
+		// Bounded by what q holds now, so that producers publishing
+		// faster than the move cannot keep it going forever: the delete
+		// then fails, and the rounds are bounded.
+		_, ready, err := m.exists(m.queue)
+		if err != nil {
+			return err
+		}
+		n, err := m.moveAtMost(m.queue, m.temp, ready+m.opts.Batch)
 		m.res.MovedAside += n
 		if err != nil {
 			return fmt.Errorf("move messages aside into %q: %w", m.temp, err)
@@ -491,7 +501,11 @@ func isNotEmpty(err error) bool {
 // acknowledged only once every message of the batch is confirmed and none
 // was returned. Whatever is not acknowledged when move fails goes back to
 // from when its channel closes.
-func (m *migration) move(from, to string) (int, error) {
+func (m *migration) move(from, to string) (int, error) { return m.moveAtMost(from, to, -1) }
+
+// moveAtMost is move, stopping after about limit messages (a whole batch
+// more at most); limit < 0 means no limit.
+func (m *migration) moveAtMost(from, to string, limit int) (int, error) {
 	src, err := m.channel()
 	if err != nil {
 		return 0, err
@@ -508,7 +522,7 @@ func (m *migration) move(from, to string) (int, error) {
 	returns := pub.NotifyReturn(make(chan amqp.Return, m.opts.Batch))
 
 	moved := 0
-	for {
+	for limit < 0 || moved < limit {
 		if err := m.ctx.Err(); err != nil {
 			return moved, err
 		}
@@ -561,6 +575,7 @@ func (m *migration) move(from, to string) (int, error) {
 		}
 		moved += len(batch)
 	}
+	return moved, nil
 }
 
 // publishing is d as a message to publish again, every property kept.
