@@ -34,6 +34,11 @@ type QueueConfig struct {
 	// Prefetch is how many unacknowledged deliveries a worker takes from
 	// this queue at once. Defaults to 16.
 	Prefetch int
+	// Retry is the queue's default retry policy, the lowest level of the
+	// precedence that WorkerOptions describes: any policy of the job's
+	// worker or kind, or a worker override, comes first. Defaults to
+	// WorkerOptions.Retry, then the zero RetryPolicy.
+	Retry *RetryPolicy
 }
 
 // QueueSet is a prefix and the logical queues under it, the unit that a
@@ -59,6 +64,11 @@ func (s QueueSet) Validate() error {
 		}
 		if q.Prefetch < 0 {
 			return fmt.Errorf("queue %q: prefetch %d is negative: use 0 for the default of %d", q.Name, q.Prefetch, DefaultPrefetch)
+		}
+		if q.Retry != nil {
+			if err := q.Retry.Validate(); err != nil {
+				return fmt.Errorf("queue %q: default %w", q.Name, err)
+			}
 		}
 	}
 	return topology.Validate(s.topology())

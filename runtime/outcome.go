@@ -95,7 +95,10 @@ type Outcome struct {
 type Dispatcher struct {
 	workers *Workers
 	opts    WorkerOptions
-	rnd     func() float64
+	// queueRetry holds the QueueConfig.Retry of the pool's queues, by
+	// logical name; empty for a dispatcher without a queue set.
+	queueRetry map[string]*RetryPolicy
+	rnd        func() float64
 }
 
 // NewDispatcher checks the registry and the options the way building a pool
@@ -144,7 +147,7 @@ func (d *Dispatcher) DispatchEnvelope(ctx context.Context, queue string, env Env
 		err = fmt.Errorf("payload of job type %q does not decode: %w", env.JobType, err)
 		return Outcome{Action: ActionDeadLetter, Reason: "malformed payload: " + err.Error(), Job: jc, env: &env, Err: err}
 	}
-	cands := retryCandidates{handler: p.handlerPolicy, jobType: p.jobTypePolicy, queueDefault: d.opts.Retry}
+	cands := retryCandidates{handler: p.handlerPolicy, jobType: p.jobTypePolicy, queueDefault: d.queueRetry[queue], workerDefault: d.opts.Retry}
 	if rp, ok := d.opts.RetryByKind[env.JobType]; ok {
 		cands.kindOverride = &rp
 	}

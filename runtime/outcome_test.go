@@ -158,6 +158,19 @@ func TestDispatcherPrecedence(t *testing.T) {
 	if got := attempts(mk(&WorkerOptions{Retry: &RetryPolicy{MaxAttempts: 5}}), "typed", typedPolicyArgs{}); got != 4 {
 		t.Errorf("job type default beats the worker default: %d", got)
 	}
+	// The queue's default (QueueConfig.Retry, which a pool hands its
+	// dispatcher) sits between the job type default and the worker default.
+	withQueueDefault := mk(&WorkerOptions{Retry: &RetryPolicy{MaxAttempts: 5}})
+	withQueueDefault.queueRetry = map[string]*RetryPolicy{"q1": {MaxAttempts: 6}}
+	if got := attempts(withQueueDefault, "plain", plainArgs{}); got != 6 {
+		t.Errorf("queue default beats the worker default: %d", got)
+	}
+	if got := attempts(withQueueDefault, "typed", typedPolicyArgs{}); got != 4 {
+		t.Errorf("job type default beats the queue default: %d", got)
+	}
+	if o := withQueueDefault.Dispatch(ctx, "q2", envelopeBody(t, "plain", "p.q2", 1, plainArgs{})); o.Job.MaxAttempts != 5 {
+		t.Errorf("another queue's default applied: %d", o.Job.MaxAttempts)
+	}
 	byQueue := &WorkerOptions{Retry: &RetryPolicy{MaxAttempts: 5}, RetryByQueue: map[string]RetryPolicy{"q1": {MaxAttempts: 3}}}
 	if got := attempts(mk(byQueue), "typed", typedPolicyArgs{}); got != 3 {
 		t.Errorf("queue override beats the job type default: %d", got)

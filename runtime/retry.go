@@ -199,6 +199,7 @@ type retryPolicySource int
 
 const (
 	sourceDefault retryPolicySource = iota // the built-in defaults
+	sourceWorkerDefault
 	sourceQueueDefault
 	sourceJobType
 	sourceQueueOverride
@@ -207,7 +208,7 @@ const (
 )
 
 func (s retryPolicySource) String() string {
-	return [...]string{"built-in default", "worker default", "job type default", "worker override for the queue", "worker override for the job type", "handler"}[s]
+	return [...]string{"built-in default", "worker default", "queue default", "job type default", "worker override for the queue", "worker override for the job type", "handler"}[s]
 }
 
 // retryCandidates holds every level that may set a policy for one job;
@@ -217,12 +218,13 @@ type retryCandidates struct {
 	kindOverride  *RetryPolicy
 	queueOverride *RetryPolicy
 	jobType       *RetryPolicy
-	queueDefault  *RetryPolicy
+	queueDefault  *RetryPolicy // QueueConfig.Retry
+	workerDefault *RetryPolicy // WorkerOptions.Retry
 }
 
 // resolve applies the precedence, highest first: handler > worker override
-// per job type > worker override per queue > job type default > worker
-// default for every queue > built-in default.
+// per job type > worker override per queue > job type default > queue
+// default > worker default for every queue > built-in default.
 func (c retryCandidates) resolve() (RetryPolicy, retryPolicySource) {
 	switch {
 	case c.handler != nil:
@@ -235,6 +237,8 @@ func (c retryCandidates) resolve() (RetryPolicy, retryPolicySource) {
 		return *c.jobType, sourceJobType
 	case c.queueDefault != nil:
 		return *c.queueDefault, sourceQueueDefault
+	case c.workerDefault != nil:
+		return *c.workerDefault, sourceWorkerDefault
 	}
 	return RetryPolicy{}, sourceDefault
 }

@@ -136,11 +136,12 @@ func TestRetryPrecedence(t *testing.T) {
 		want int
 		src  retryPolicySource
 	}{
-		{retryCandidates{handler: pol(1), kindOverride: pol(2), queueOverride: pol(3), jobType: pol(4), queueDefault: pol(5)}, 1, sourceHandler},
-		{retryCandidates{kindOverride: pol(2), queueOverride: pol(3), jobType: pol(4), queueDefault: pol(5)}, 2, sourceKindOverride},
-		{retryCandidates{queueOverride: pol(3), jobType: pol(4), queueDefault: pol(5)}, 3, sourceQueueOverride},
-		{retryCandidates{jobType: pol(4), queueDefault: pol(5)}, 4, sourceJobType},
-		{retryCandidates{queueDefault: pol(5)}, 5, sourceQueueDefault},
+		{retryCandidates{handler: pol(1), kindOverride: pol(2), queueOverride: pol(3), jobType: pol(4), queueDefault: pol(5), workerDefault: pol(6)}, 1, sourceHandler},
+		{retryCandidates{kindOverride: pol(2), queueOverride: pol(3), jobType: pol(4), queueDefault: pol(5), workerDefault: pol(6)}, 2, sourceKindOverride},
+		{retryCandidates{queueOverride: pol(3), jobType: pol(4), queueDefault: pol(5), workerDefault: pol(6)}, 3, sourceQueueOverride},
+		{retryCandidates{jobType: pol(4), queueDefault: pol(5), workerDefault: pol(6)}, 4, sourceJobType},
+		{retryCandidates{queueDefault: pol(5), workerDefault: pol(6)}, 5, sourceQueueDefault},
+		{retryCandidates{workerDefault: pol(6)}, 6, sourceWorkerDefault},
 		{retryCandidates{}, DefaultMaxAttempts, sourceDefault},
 		{retryCandidates{handler: pol(1), queueDefault: pol(5)}, 1, sourceHandler},
 		{retryCandidates{queueOverride: pol(3), handler: nil, jobType: pol(4)}, 3, sourceQueueOverride},

@@ -143,6 +143,13 @@ func newWorkerPool(set QueueSet, workers *Workers, opts *WorkerOptions) (*Worker
 	byName := map[string]QueueConfig{}
 	for _, q := range set.Queues {
 		byName[q.Name] = q
+		if q.Retry != nil {
+			if disp.queueRetry == nil {
+				disp.queueRetry = map[string]*RetryPolicy{}
+			}
+			rp := *q.Retry
+			disp.queueRetry[q.Name] = &rp
+		}
 	}
 	for _, kind := range workers.Kinds() {
 		h := workers.handlers[kind]

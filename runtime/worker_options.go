@@ -21,8 +21,10 @@ import (
 //  2. RetryByKind, for the job's kind;
 //  3. RetryByQueue, for the queue the job was taken from;
 //  4. the kind's default, when its args implement JobArgsWithRetryPolicy;
-//  5. Retry, the pool's default for every queue;
-//  6. the zero RetryPolicy: exponential, 10 attempts, 1 s doubling to 5 min.
+//  5. the queue's default, QueueConfig.Retry of the queue the job was taken
+//     from;
+//  6. Retry, the pool's default for every queue that sets none;
+//  7. the zero RetryPolicy: exponential, 10 attempts, 1 s doubling to 5 min.
 type WorkerOptions struct {
 	// AMQPConfig is passed to amqp091-go when dialling, for TLS, heartbeats
 	// and a connection name. Its Recovery field is ignored: the pool
@@ -57,8 +59,9 @@ type WorkerOptions struct {
 	// Queues are the logical queues of the set to consume. Defaults to all
 	// of them.
 	Queues []string
-	// Retry is the pool's default retry policy for every queue, below the
-	// job kind's own default. Defaults to nil: the zero RetryPolicy.
+	// Retry is the pool's default retry policy for every queue whose
+	// QueueConfig sets no Retry, below the job kind's own default. Defaults
+	// to nil: the zero RetryPolicy.
 	Retry *RetryPolicy
 	// RetryByKind overrides the retry policy of a job kind. Defaults to none.
 	RetryByKind map[string]RetryPolicy

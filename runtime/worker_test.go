@@ -346,3 +346,26 @@ func TestWorkerPoolSettleInterruptedByStopRequeuesWithoutAnAttempt(t *testing.T)
 		t.Errorf("the dead-letter hook ran: %+v", b.hooked)
 	}
 }
+
+// The lowest level of the retry precedence, the queue's default, comes from
+// the queue set: QueueConfig.Retry, with WorkerOptions.Retry below it.
+func TestWorkerPoolTakesTheQueueDefaultRetryFromTheSet(t *testing.T) {
+	t.Parallel()
+	ws := NewWorkers()
+	AddWorker(ws, WorkFunc[plainArgs](func(context.Context, *Job[plainArgs]) error { return errors.New("no") }))
+	set := QueueSet{Prefix: "p", Queues: []QueueConfig{{Name: "q1", Retry: &RetryPolicy{MaxAttempts: 6}}, {Name: "q2"}}}
+	pool, err := newWorkerPool(set, ws, &WorkerOptions{Retry: &RetryPolicy{MaxAttempts: 5}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for queue, want := range map[string]int{"q1": 6, "q2": 5} {
+		o := pool.disp.Dispatch(t.Context(), queue, envelopeBody(t, "plain", "p."+queue, 1, plainArgs{N: 1}))
+		if o.Job.MaxAttempts != want {
+			t.Errorf("queue %s: %d attempts, want %d", queue, o.Job.MaxAttempts, want)
+		}
+	}
+	bad := QueueSet{Prefix: "p", Queues: []QueueConfig{{Name: "q1", Retry: &RetryPolicy{MaxAttempts: -1}}}}
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), `queue "q1": default retry policy`) {
+		t.Errorf("a queue default that cannot be followed: %v", err)
+	}
+}
