@@ -1,7 +1,6 @@
 package queuey
 
 import (
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -59,14 +58,4 @@ func decodeEnvelope(body []byte) (Envelope, error) {
 		return Envelope{}, fmt.Errorf("%w: payload is missing", errMalformedEnvelope)
 	}
 	return e, nil
-}
-
-// newJobID returns a random (version 4) UUID. Written out rather than
-// imported: it is a dozen lines of crypto/rand.
-func newJobID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never returns an error
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }

@@ -8,6 +8,8 @@ import (
 	"reflect"
 	"sort"
 	"time"
+
+	"github.com/queuey/terraform-provider-queuey/runtime/internal/jobutil"
 )
 
 // Workers is the registry of handlers a worker pool runs, one per job kind.
@@ -103,7 +105,7 @@ func newWorkerHandler[T JobArgs](w Worker[T]) (h *workerHandler[T], err error) {
 			err = fmt.Errorf("%s: Kind or Queue panicked on a zero value (%v): they must return constants", reflect.TypeFor[T](), r)
 		}
 	}()
-	args := zeroArgs[T]()
+	args := jobutil.Zero[T]()
 	h = &workerHandler[T]{w: w, kind: args.Kind(), queue: args.Queue()}
 	switch {
 	case h.kind == "":
@@ -114,22 +116,12 @@ func newWorkerHandler[T JobArgs](w Worker[T]) (h *workerHandler[T], err error) {
 	return h, nil
 }
 
-// zeroArgs returns a usable zero T: for a pointer type, a pointer to a zero
-// value, so that Kind and Queue with value receivers do not dereference nil.
-func zeroArgs[T JobArgs]() T {
-	var zero T
-	if t := reflect.TypeFor[T](); t.Kind() == reflect.Pointer {
-		return reflect.New(t.Elem()).Interface().(T)
-	}
-	return zero
-}
-
 func (h *workerHandler[T]) kindName() string  { return h.kind }
 func (h *workerHandler[T]) queueName() string { return h.queue }
 func (h *workerHandler[T]) describe() string  { return fmt.Sprintf("%T", h.w) }
 
 func (h *workerHandler[T]) prepare(payload json.RawMessage, jc JobContext) (*preparedJob, error) {
-	args := zeroArgs[T]()
+	args := jobutil.Zero[T]()
 	if err := json.Unmarshal(payload, &args); err != nil {
 		return nil, err
 	}

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/queuey/terraform-provider-queuey/runtime/internal/jobutil"
 )
 
 func TestClassify(t *testing.T) {
@@ -120,7 +122,7 @@ func envelopeBody(t *testing.T, kind, queue string, attempt int, payload any) []
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := json.Marshal(Envelope{JobID: newJobID(), JobType: kind, Queue: queue, Attempt: attempt, EnqueuedAtMs: time.Now().UnixMilli(), Payload: p, CorrelationID: "corr"})
+	b, err := json.Marshal(Envelope{JobID: jobutil.NewID(), JobType: kind, Queue: queue, Attempt: attempt, EnqueuedAtMs: time.Now().UnixMilli(), Payload: p, CorrelationID: "corr"})
 	if err != nil {
 		t.Fatal(err)
 	}

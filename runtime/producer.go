@@ -11,6 +11,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/queuey/terraform-provider-queuey/runtime/internal/jobutil"
 	"github.com/queuey/terraform-provider-queuey/runtime/topology"
 )
 
@@ -374,7 +375,7 @@ func (p *Producer) newEnvelope(queue, jobType string, payload any, opts *Enqueue
 		return Envelope{}, fmt.Errorf("queuey: encode the payload of a %q job: %w", jobType, err)
 	}
 	return Envelope{
-		JobID:         newJobID(),
+		JobID:         jobutil.NewID(),
 		JobType:       jobType,
 		Queue:         p.workName(queue),
 		Attempt:       1,

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -18,6 +19,8 @@ import (
 
 	"github.com/queuey/terraform-provider-queuey/runtime/topology"
 )
+
+var uuidV4 = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
 
 // newTestProducer builds a declared producer for set under the test's
 // prefix and closes it at cleanup.

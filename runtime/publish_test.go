@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -205,23 +204,6 @@ func TestDeclareErrorWrapsOtherErrors(t *testing.T) {
 	}
 	if !errors.Is(err, amqp.ErrClosed) || !strings.Contains(err.Error(), `"a.b"`) {
 		t.Errorf("declareError = %v, want amqp.ErrClosed wrapped with the queue name", err)
-	}
-}
-
-var uuidV4 = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
-
-func TestNewJobIDIsARandomUUID(t *testing.T) {
-	t.Parallel()
-	seen := map[string]bool{}
-	for range 1000 {
-		id := newJobID()
-		if !uuidV4.MatchString(id) {
-			t.Fatalf("newJobID() = %q, not a version 4 UUID", id)
-		}
-		if seen[id] {
-			t.Fatalf("newJobID() repeated %q", id)
-		}
-		seen[id] = true
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/queuey/terraform-provider-queuey/runtime/internal/jobutil"
 	"github.com/queuey/terraform-provider-queuey/runtime/topology"
 )
 
@@ -384,7 +385,7 @@ func (p *WorkerPool) subscribe(ch *amqp.Channel, q *poolQueue) (<-chan amqp.Deli
 		return nil, nil, "", fmt.Errorf("set prefetch: %w", err)
 	}
 	cancels := ch.NotifyCancel(make(chan string, 1))
-	tag := "queuey-" + q.work + "-" + newJobID()[:8]
+	tag := "queuey-" + q.work + "-" + jobutil.NewID()[:8]
 	deliveries, err := ch.Consume(q.work, tag, false, false, false, false, nil)
 	if err != nil {
 		return nil, nil, "", err

@@ -5,13 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"reflect"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	queuey "github.com/queuey/terraform-provider-queuey/runtime"
+	"github.com/queuey/terraform-provider-queuey/runtime/internal/jobutil"
 	"github.com/queuey/terraform-provider-queuey/runtime/topology"
 )
 
@@ -91,7 +91,7 @@ func (p *Producer) record(ctx context.Context, queue, jobType string, payload an
 	if err != nil {
 		return "", fmt.Errorf("queueytest: encode the payload of a %q job: %w", jobType, err)
 	}
-	e := Enqueued{Deferred: deferred, Delay: delay, ID: newID(), JobType: jobType, Payload: body, Queue: queue}
+	e := Enqueued{Deferred: deferred, Delay: delay, ID: jobutil.NewID(), JobType: jobType, Payload: body, Queue: queue}
 	if opts != nil {
 		e.CorrelationID = opts.CorrelationID
 	}
@@ -119,11 +119,8 @@ func (p *Producer) Reset() {
 // It fails tb if one does not decode, or went to another queue than T's.
 func EnqueuedArgs[T queuey.JobArgs](tb testing.TB, p *Producer) []T {
 	tb.Helper()
-	var kind, queue string
-	{
-		var zero T
-		kind, queue = kindAndQueue(zero)
-	}
+	args := jobutil.Zero[T]()
+	kind, queue := args.Kind(), args.Queue()
 	var out []T
 	for _, e := range p.Jobs() {
 		if e.JobType != kind {
@@ -147,8 +144,7 @@ func RequireEnqueued[T queuey.JobArgs](tb testing.TB, p *Producer) T {
 	tb.Helper()
 	got := EnqueuedArgs[T](tb, p)
 	if len(got) != 1 {
-		var zero T
-		kind, _ := kindAndQueue(zero)
+		kind := jobutil.Zero[T]().Kind()
 		tb.Fatalf("queueytest: want one %q job enqueued, got %d (all jobs: %v)", kind, len(got), p.Jobs())
 	}
 	return got[0]
@@ -158,18 +154,7 @@ func RequireEnqueued[T queuey.JobArgs](tb testing.TB, p *Producer) T {
 func RequireNotEnqueued[T queuey.JobArgs](tb testing.TB, p *Producer) {
 	tb.Helper()
 	if got := EnqueuedArgs[T](tb, p); len(got) != 0 {
-		var zero T
-		kind, _ := kindAndQueue(zero)
+		kind := jobutil.Zero[T]().Kind()
 		tb.Fatalf("queueytest: want no %q job enqueued, got %d", kind, len(got))
 	}
-}
-
-// kindAndQueue reads Kind and Queue from a zero T; for a pointer type, from
-// a pointer to a zero element, so that value receivers do not dereference
-// nil.
-func kindAndQueue[T queuey.JobArgs](zero T) (string, string) {
-	if t := reflect.TypeFor[T](); t.Kind() == reflect.Pointer {
-		zero = reflect.New(t.Elem()).Interface().(T)
-	}
-	return zero.Kind(), zero.Queue()
 }

@@ -14,13 +14,13 @@ package queueytest
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
 
 	queuey "github.com/queuey/terraform-provider-queuey/runtime"
+	"github.com/queuey/terraform-provider-queuey/runtime/internal/jobutil"
 )
 
 // Worker runs one queuey.Worker as a worker pool would, without a broker.
@@ -128,7 +128,7 @@ func (w *Worker[T]) Work(ctx context.Context, args T, opts *JobOptions) *Result 
 		o.EnqueuedAt = time.Now()
 	}
 	if o.ID == "" {
-		o.ID = newID()
+		o.ID = jobutil.NewID()
 	}
 	if o.Queue == "" {
 		o.Queue = args.Queue()
@@ -204,7 +204,7 @@ func NewJob[T queuey.JobArgs](args T, jc queuey.JobContext) *queuey.Job[T] {
 		jc.MaxAttempts = queuey.RetryPolicy{}.Attempts()
 	}
 	if jc.ID == "" {
-		jc.ID = newID()
+		jc.ID = jobutil.NewID()
 	}
 	if jc.EnqueuedAt.IsZero() {
 		jc.EnqueuedAt = time.Now()
@@ -216,13 +216,4 @@ func NewJob[T queuey.JobArgs](args T, jc queuey.JobContext) *queuey.Job[T] {
 		jc.Queue = args.Queue()
 	}
 	return &queuey.Job[T]{JobContext: jc, Args: args}
-}
-
-// newID returns a random (version 4) UUID.
-func newID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }
