@@ -27,6 +27,13 @@
 // is dropped by the broker: dead-lettering to a queue that does not exist
 // discards the message.
 //
+// A publish that reaches q while the broker deletes it is lost with a
+// positive confirm: RabbitMQ (3.10.8, checked) settles a message routed to a
+// queue that is being deleted as if the queue were already gone, without a
+// return. Producers publishing during the deletion can lose one message per
+// publish in flight at that instant; no client can detect it. Pause them if
+// that matters (see the priority-migrations guide).
+//
 // The package does no management API calls: everything it needs is
 // observable over AMQP, and exact where the management API's counts lag.
 package migrate
