@@ -284,8 +284,7 @@ func (p *Producer) EnqueueBatch(ctx context.Context, jobs []BatchJob) ([]string,
 		if err != nil {
 			return nil, fmt.Errorf("queuey: batch job %d: %w", i, err)
 		}
-		_, known := p.queueConfig(env.Queue)
-		msg, err := newPublishing(env, !known || p.queues[env.Queue].Durable, nil)
+		msg, err := newPublishing(env, persistent(p.queueConfig(env.Queue)), nil)
 		if err != nil {
 			return nil, fmt.Errorf("queuey: batch job %d: %w", i, err)
 		}

@@ -131,6 +131,12 @@ func (p *Producer) queueConfig(work string) (topology.Queue, bool) {
 	return q, ok
 }
 
+// persistent reports whether a job for queue q, as queueConfig returned it,
+// is published persistent: when the queue is durable, and when this
+// producer did not declare it (known false), since it may well be durable
+// and a persistent message costs little on a transient queue.
+func persistent(q topology.Queue, known bool) bool { return !known || q.Durable }
+
 // publishEnvelope publishes env now or through a hold queue; see the comment
 // at the top of this file.
 func (p *Producer) publishEnvelope(ctx context.Context, env Envelope, holdTTLms int64) error {
@@ -152,9 +158,7 @@ func (p *Producer) publishEnvelopeWith(ctx context.Context, env Envelope, holdTT
 	case holdTTLms > 0 && !known:
 		return unknownQueue(env.Queue)
 	}
-	// A queue this producer did not declare may well be durable; a
-	// persistent message costs little on a transient queue.
-	msg, err := newPublishing(env, !known || q.Durable, headers)
+	msg, err := newPublishing(env, persistent(q, known), headers)
 	if err != nil {
 		return err
 	}

@@ -496,3 +496,15 @@ func TestCloseDoesNotWaitForABrokerThatIsDown(t *testing.T) {
 		t.Errorf("the publish in flight = %v, want ErrClosed", err)
 	}
 }
+
+// The one rule for persistence, used by single and batch publishes alike.
+func TestPersistentUnlessTheQueueIsKnownTransient(t *testing.T) {
+	t.Parallel()
+	set := QueueSet{Prefix: "p", Queues: []QueueConfig{{Name: "durable"}, {Name: "transient", NonDurable: true}}}
+	p := newProducer(nil, false, &set, set.Prefix, nil)
+	for queue, want := range map[string]bool{"p.durable": true, "p.transient": false, "elsewhere": true} {
+		if got := persistent(p.queueConfig(queue)); got != want {
+			t.Errorf("%s: persistent %v, want %v", queue, got, want)
+		}
+	}
+}
