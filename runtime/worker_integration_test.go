@@ -395,8 +395,9 @@ func TestIntegrationWorkerRetriesThroughHoldQueues(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	wkEventually(t, 20*time.Second, func() bool { return r.len() >= 3 }, "three runs")
-	time.Sleep(1500 * time.Millisecond) // nothing more may come
+	// Once the success is logged the job is acknowledged: no run can
+	// follow it.
+	wkEventually(t, 20*time.Second, func() bool { return len(e.log.find("job done")) > 0 }, "the job to succeed")
 	jobs, at := r.snapshot()
 	if len(jobs) != 3 {
 		t.Fatalf("handled %d times, want exactly 3", len(jobs))
@@ -623,6 +624,7 @@ func TestIntegrationWorkerRetriesPanicsAndTimeouts(t *testing.T) {
 	e := wkSetup(t, "panic")
 	set := e.set(queuey.QueueConfig{Name: "jobs"})
 	var panicky, slow wkRuns
+	release := make(chan struct{})
 	ws := queuey.NewWorkers()
 	queuey.AddWorker(ws, queuey.WorkFunc[wkPanicky](func(_ context.Context, j *queuey.Job[wkPanicky]) error {
 		panicky.add(j.JobContext)
@@ -635,7 +637,7 @@ func TestIntegrationWorkerRetriesPanicsAndTimeouts(t *testing.T) {
 	queuey.AddWorker(ws, queuey.WorkFunc[wkSlowpoke](func(ctx context.Context, j *queuey.Job[wkSlowpoke]) error {
 		slow.add(j.JobContext)
 		if j.Attempt == 1 {
-			time.Sleep(5 * time.Second) // ignores ctx: the pool must not wait for it
+			<-release // ignores ctx, until the test ends: the pool must not wait for it
 		}
 		return nil
 	}))
@@ -644,19 +646,19 @@ func TestIntegrationWorkerRetriesPanicsAndTimeouts(t *testing.T) {
 		Retry:            &queuey.RetryPolicy{MaxAttempts: 3, Base: 100 * time.Millisecond},
 		RetryGranularity: 100 * time.Millisecond,
 	})
+	t.Cleanup(func() { close(release) }) // before the pool's Stop
 	p := e.producer(set)
 	if _, err := queuey.EnqueueJob(context.Background(), p, wkPanicky{}, nil); err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
 	if _, err := queuey.EnqueueJob(context.Background(), p, wkSlowpoke{}, nil); err != nil {
 		t.Fatal(err)
 	}
-	wkEventually(t, 10*time.Second, func() bool { return panicky.len() >= 2 && slow.len() >= 2 }, "both jobs to run twice")
-	if el := time.Since(start); el > 4*time.Second {
-		t.Errorf("the timed-out job was retried after %s: the pool waited for a handler past its timeout", el)
-	}
-	time.Sleep(500 * time.Millisecond)
+	// The first run of the slow job never returns while the test runs, so
+	// its second run shows that the pool abandoned it at its timeout. Once
+	// both successes are logged, both jobs are acknowledged: no run can
+	// follow.
+	wkEventually(t, 20*time.Second, func() bool { return len(e.log.find("job done")) >= 2 }, "both jobs to succeed on their second run")
 	for name, r := range map[string]*wkRuns{"panic": &panicky, "timeout": &slow} {
 		jobs, _ := r.snapshot()
 		if len(jobs) != 2 || jobs[0].Attempt != 1 || jobs[1].Attempt != 2 {
@@ -900,7 +902,7 @@ func TestIntegrationWorkerResumesAfterQueueRecreated(t *testing.T) {
 		t.Fatalf("delete %s: %v", work, err)
 	}
 	wkEventually(t, 10*time.Second, func() bool { return len(e.log.find("broker cancelled the consumer")) > 0 }, "the pool to notice the cancellation")
-	time.Sleep(1500 * time.Millisecond) // the pool polls a queue that is not there
+	wkEventually(t, 10*time.Second, func() bool { return len(e.log.find("could not subscribe to the work queue")) > 0 }, "the pool to poll a queue that is not there")
 
 	ch, err := e.conn.Channel()
 	if err != nil {
@@ -969,13 +971,17 @@ func TestIntegrationWorkerNeverAcksAJobWhoseRepublishFailed(t *testing.T) {
 	if got[0].MessageId != id || got[0].Headers[topology.HeaderDeathReason] != "fatal: bad input" {
 		t.Errorf("dead letter %+v", got[0])
 	}
-	wkEventually(t, 5*time.Second, func() bool { return e.ready(work) == 0 }, "the work queue to be empty")
-	runsSoFar := fatal.len()
-	time.Sleep(1500 * time.Millisecond)
-	if fatal.len() != runsSoFar {
-		t.Errorf("the job kept running after its dead letter was published")
+	// The dead letter is logged once the delivery is acknowledged: every
+	// run is accounted for, one per failed publish and the last.
+	wkEventually(t, 5*time.Second, func() bool { return len(e.log.find("job dead-lettered")) > 0 }, "the dead letter to be settled")
+	runs, failed := fatal.len(), len(e.log.find("could not publish the job's dead-letter"))
+	if runs != failed+1 {
+		t.Errorf("%d runs for %d failed publishes: the job ran after its dead letter was published", runs, failed)
 	}
-	t.Logf("handled %d times before the dead-letter queue came back", runsSoFar)
+	if n := e.ready(work); n != 0 {
+		t.Errorf("%d messages left in the work queue", n)
+	}
+	t.Logf("handled %d times before the dead-letter queue came back", runs)
 }
 
 // Concurrency bounds the handlers running at once across queues, below the
