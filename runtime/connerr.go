@@ -21,9 +21,12 @@ func connectError(url string, err error) error {
 		// A TLS listener answers the AMQP header with a TLS alert, which
 		// amqp091-go reads as an oversized frame.
 		hint = " (the port answered with something that is not AMQP: if it is a TLS listener, use amqps://)"
-	case scheme == "amqps" && (strings.Contains(msg, "reset by peer") || strings.Contains(msg, "broken pipe") || strings.HasSuffix(msg, "EOF")):
-		// With TLS 1.3 a broker that refuses the client certificate
-		// says so after the handshake, by closing the connection.
+	case scheme == "amqps" && (errors.Is(err, amqp.ErrClosed) || strings.Contains(msg, "reset by peer") || strings.Contains(msg, "broken pipe") || strings.HasSuffix(msg, "EOF")):
+		// With TLS 1.3 the client's handshake is over before the broker
+		// checks the client certificate: a refusal arrives as a closed
+		// connection, which amqp091-go reports as whichever of a reset,
+		// an EOF or amqp.ErrClosed ("channel/connection is not open")
+		// it runs into first.
 		hint = " (the broker closed the TLS connection, which it does when it refuses the client certificate)"
 	}
 	return fmt.Errorf("queuey: connect to RabbitMQ at %s: %w%s", where, err, hint)

@@ -38,7 +38,8 @@ func TestConnectErrorNamesTheBrokerNotThePassword(t *testing.T) {
 // TestConnectErrorToATLSPortSaysTLS pins the other half: plain AMQP to a TLS
 // listener failed with amqp091-go's "frame size exceeds negotiated
 // frame_max", and a client certificate refused under TLS 1.3 with
-// "connection reset by peer"; neither said TLS.
+// "connection reset by peer" or "channel/connection is not open"; none said
+// TLS.
 func TestConnectErrorToATLSPortSaysTLS(t *testing.T) {
 	t.Parallel()
 	frame := &amqp.Error{Code: amqp.FrameError, Reason: `Exception (501) Reason: "frame size exceeds negotiated frame_max"`}
@@ -48,6 +49,9 @@ func TestConnectErrorToATLSPortSaysTLS(t *testing.T) {
 	reset := errors.New("write tcp 127.0.0.1:53112->127.0.0.1:5674: write: connection reset by peer")
 	if err := connectError("amqps://guest:guest@localhost:5674/", reset); !strings.Contains(err.Error(), "client certificate") {
 		t.Errorf("client certificate refused: %v", err)
+	}
+	if err := connectError("amqps://guest:guest@localhost:5674/", amqp.ErrClosed); !strings.Contains(err.Error(), "client certificate") {
+		t.Errorf("client certificate refused, seen as a closed connection: %v", err)
 	}
 	if err := connectError("amqp://guest:guest@localhost:5672/", reset); strings.Contains(err.Error(), "certificate") {
 		t.Errorf("a reset without TLS blames a certificate: %v", err)
