@@ -332,16 +332,20 @@ const maxPublishTries = 3
 // already, so this can enqueue a job twice, which at-least-once delivery
 // allows; giving up would leave the caller no better choice than the same
 // retry.
+//
+// A publishing channel is taken from the pool for each try, after the
+// try's hold-queue declarations, so that no channel sits idle while they
+// run.
 func (p *Producer) publishChunk(ctx context.Context, out []outgoing, errs []error) {
-	pc, err := p.acquire(ctx)
-	if err != nil {
-		for i := range out {
-			errs[i] = fmt.Errorf("queuey: publish to %q: %w", out[i].key, err)
-		}
-		return
-	}
-	defer p.release(pc)
 	publishTries(ctx, out, errs, func(pending []int) []int {
+		pc, err := p.acquire(ctx)
+		if err != nil {
+			for _, i := range pending {
+				errs[i] = fmt.Errorf("queuey: publish to %q: %w", out[i].key, err)
+			}
+			return nil
+		}
+		defer p.release(pc)
 		return p.publishOnce(ctx, pc, out, pending, errs)
 	})
 }
