@@ -5,8 +5,10 @@
 // queuey.WorkerPool uses (queuey.Dispatcher): the retry policy is resolved
 // with the same precedence, panics and timeouts are caught the same way, and
 // the Result says what the pool would have done with the delivery: acked it,
-// retried it after which delay, deferred it with which delay and reason, or
-// dead-lettered it with which reason. Nothing is published.
+// retried it after which delay, deferred it with which delay and reason,
+// dead-lettered it with which reason, or returned it to its queue unchanged
+// because the context passed to Work was cancelled first (as a pool's Stop
+// does when it runs out of time). Nothing is published.
 //
 // Producer is a queuey.Enqueuer that records jobs instead of publishing
 // them, for asserting what the code under test enqueued.
