@@ -86,13 +86,16 @@ func script(args ...string) ([]byte, error) {
 	return cmd.CombinedOutput()
 }
 
-// ctl runs rabbitmqctl against the second node.
-func ctl(t testing.TB, args ...string) {
+// ctl runs rabbitmqctl against the second node. A failure is reported with
+// t.Errorf, so ctl may be called from any goroutine.
+func ctl(t testing.TB, args ...string) bool {
 	t.Helper()
 	out, err := script(append([]string{"ctl"}, args...)...)
 	if err != nil {
-		t.Fatalf("rabbitmqctl %s: %v\n%s", strings.Join(args, " "), err, out)
+		t.Errorf("rabbitmqctl %s: %v\n%s", strings.Join(args, " "), err, out)
+		return false
 	}
+	return true
 }
 
 // mgmt is a management client of the second node, over plain HTTP.
@@ -136,7 +139,9 @@ func closeAllConnections(t testing.TB) int {
 	t.Helper()
 	out, err := script("ctl", "-q", "close_all_connections", "queuey fault suite")
 	if err != nil {
-		t.Fatalf("close_all_connections: %v\n%s", err, out)
+		// Errorf, not Fatalf: this runs on goroutines of its own.
+		t.Errorf("close_all_connections: %v\n%s", err, out)
+		return 0
 	}
 	var n int
 	if _, err := fmt.Sscanf(strings.TrimSpace(string(out)), "Closed %d connections", &n); err != nil {
