@@ -60,7 +60,11 @@ port_busy() { ss -ltn "( sport = :$1 )" 2>/dev/null | grep -q LISTEN; }
 
 certs() {
 	local c=$DIR/certs
-	[ -s "$c/client-key.pem" ] && [ -s "$c/rogue-client-key.pem" ] && return 0
+	if [ -s "$c/client-key.pem" ] && [ -s "$c/rogue-client-key.pem" ] &&
+		openssl x509 -checkend 86400 -noout -in "$c/server.pem" >/dev/null 2>&1; then
+		return 0
+	fi
+	rm -rf "$c"
 	mkdir -p "$c"
 	log "generating certificates in $c"
 	(
@@ -115,6 +119,10 @@ EOF
 }
 
 start() {
+	if [ ! -x /usr/lib/rabbitmq/bin/rabbitmq-server ]; then
+		log "RabbitMQ is not installed; \`make broker\` (scripts/broker.sh) installs it from the OS packages"
+		exit 1
+	fi
 	if running; then
 		log "$NODE is already running"
 		ctl -q start_app >/dev/null 2>&1 || true
