@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test queuey has: unit tests, integration tests against the real
-# broker (build tag "integration") and Terraform acceptance tests (TF_ACC=1)
-# with the real Terraform binary, plus the static checks CI holds us to.
+# broker (build tag "integration"), Terraform acceptance tests (TF_ACC=1) with
+# the real Terraform binary, the fault suite (build tag "faults", against a
+# second broker node it starts and stops itself) and every fuzz target for
+# FUZZTIME (default 60s), plus the static checks CI holds us to.
 #
 # It starts what the tests need first, so a missing broker is a failure here,
 # never a skipped test.
@@ -29,6 +31,11 @@ fi
 go vet -tags integration ./...
 bash scripts/docs.sh --check
 
-echo "== tests (unit, integration, acceptance)"
+echo "== fuzz targets, ${FUZZTIME:-60s} each"
+bash scripts/fuzz.sh "${FUZZTIME:-60s}"
+
+echo "== tests (unit, integration, acceptance, faults)"
 go build -o bin/testsummary ./tools/testsummary
-go test -tags integration -count=1 -timeout 30m -json ./... 2>&1 | bin/testsummary
+# One package at a time: on two cores, suites that each load the broker run
+# steadier in turn than side by side.
+go test -p 1 -tags integration,faults -count=1 -timeout 40m -json ./... 2>&1 | bin/testsummary
