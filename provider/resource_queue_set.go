@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"sort"
 	"strings"
 
 	"github.com/hashicorp/terraform-plugin-framework/diag"
@@ -392,29 +393,16 @@ func (r *queueSetResource) Update(ctx context.Context, req resource.UpdateReques
 	// Check every queue that would be deleted before deleting any: an
 	// apply that refuses should change nothing. A queue whose arguments
 	// change is migrated with its messages, so it needs no such check.
-	holds := map[string][]string{}
-	if len(removed) > 0 {
-		if !force {
-			for _, name := range removed {
-				if held := heldMessages(existing, topology.WorkName(prefix, name), true, true, true); len(held) > 0 {
-					resp.Diagnostics.AddAttributeError(path.Root("queues").AtMapKey(name), "Queue Holds Messages",
-						fmt.Sprintf("Queue %q was removed from the configuration, but in virtual host %q %s. Deleting it would discard them, so nothing was changed. "+
-							"Drain them first, or set force_destroy = true to discard them.", name, vhost, strings.Join(held, ", ")))
-				}
-			}
-			if resp.Diagnostics.HasError() {
-				return
+	if !force {
+		for _, name := range removed {
+			if held := heldMessages(existing, topology.WorkName(prefix, name), true, true, true); len(held) > 0 {
+				resp.Diagnostics.AddAttributeError(path.Root("queues").AtMapKey(name), "Queue Holds Messages",
+					fmt.Sprintf("Queue %q was removed from the configuration, but in virtual host %q %s. Deleting it would discard them, so nothing was changed. "+
+						"Drain them first, or set force_destroy = true to discard them.", name, vhost, strings.Join(held, ", ")))
 			}
 		}
-		// Hold queues of a removed queue would dead-letter into a queue
-		// that no longer exists; delete them with it.
-		for _, name := range removed {
-			work := topology.WorkName(prefix, name)
-			for n := range existing {
-				if held, _, ok := topology.ParseHoldName(n); ok && held == work {
-					holds[name] = append(holds[name], n)
-				}
-			}
+		if resp.Diagnostics.HasError() {
+			return
 		}
 	}
 
@@ -431,7 +419,7 @@ func (r *queueSetResource) Update(ctx context.Context, req resource.UpdateReques
 	}
 	var ops []op
 	for _, name := range removed {
-		ops = append(ops, op{name, func() error { return r.removeQueue(vhost, prefix, name, holds[name], force) }, func() { delete(result, name) }})
+		ops = append(ops, op{name, func() error { return r.removeQueue(vhost, prefix, name, existing, force) }, func() { delete(result, name) }})
 	}
 	for _, name := range sortedKeys(changes) {
 		c, spec := changes[name], specs[name]
@@ -549,14 +537,7 @@ func (r *queueSetResource) Delete(ctx context.Context, req resource.DeleteReques
 	names := sortedKeys(queues)
 	tasks := make([]func() error, len(names))
 	for i, name := range names {
-		work := topology.WorkName(prefix, name)
-		var holds []string
-		for n := range existing {
-			if held, _, ok := topology.ParseHoldName(n); ok && held == work {
-				holds = append(holds, n)
-			}
-		}
-		tasks[i] = func() error { return r.removeQueue(vhost, prefix, name, holds, force) }
+		tasks[i] = func() error { return r.removeQueue(vhost, prefix, name, existing, force) }
 	}
 	for i, err := range runAll(ctx, declareWorkers, tasks) {
 		if err != nil {
@@ -813,19 +794,37 @@ func (r *queueSetResource) declareOrResume(ctx context.Context, vhost string, d 
 	return r.data.broker.declare(vhost, d.name, d.durable, d.args)
 }
 
-// removeQueue deletes a logical queue: its hold queues, its work queue and
-// its dead-letter queue, in that order, so that nothing dead-letters into a
-// queue already gone; and a migration queue an unfinished migration left. Without force the broker refuses each deletion of a
-// queue that holds messages, whatever a lagging count said.
-func (r *queueSetResource) removeQueue(vhost, prefix, name string, holds []string, force bool) error {
+// removeQueue deletes a logical queue: its hold queues, its work queue, a
+// migration queue an unfinished migration left, and its dead-letter queue, in
+// that order, so that nothing dead-letters into a queue already gone. Which
+// hold and migration queues exist comes from existing, the listing the caller
+// made. Without force the broker refuses each deletion of a queue that holds
+// ready messages, whatever a lagging count said.
+func (r *queueSetResource) removeQueue(vhost, prefix, name string, existing map[string]brokerQueue, force bool) error {
 	b := r.data.broker
 	work := topology.WorkName(prefix, name)
-	for _, n := range append(append([]string{}, holds...), work, topology.MigrationName(work), topology.DeadName(work)) {
+	names := append(holdQueuesOf(existing, work), work)
+	if _, ok := existing[topology.MigrationName(work)]; ok {
+		names = append(names, topology.MigrationName(work))
+	}
+	for _, n := range append(names, topology.DeadName(work)) {
 		if err := b.deleteQueue(vhost, n, !force); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// holdQueuesOf lists, in name order, the hold queues of work in existing.
+func holdQueuesOf(existing map[string]brokerQueue, work string) []string {
+	var found []string
+	for n := range existing {
+		if held, _, ok := topology.ParseHoldName(n); ok && held == work {
+			found = append(found, n)
+		}
+	}
+	sort.Strings(found)
+	return found
 }
 
 // configured reports whether the provider handed over a broker, and says
@@ -919,13 +918,7 @@ func heldMessages(existing map[string]brokerQueue, workName string, work, holds,
 		names = append(names, workName, topology.MigrationName(workName))
 	}
 	if holds {
-		var found []string
-		for n := range existing {
-			if held, _, ok := topology.ParseHoldName(n); ok && held == workName {
-				found = append(found, n)
-			}
-		}
-		names = append(names, sortedKeys(setOf(found))...)
+		names = append(names, holdQueuesOf(existing, workName)...)
 	}
 	if dead {
 		names = append(names, topology.DeadName(workName))
