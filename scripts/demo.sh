@@ -55,3 +55,23 @@ go run ./examples/demo
 step "terraform plan after the example ran: still nothing to change"
 cd examples/demo/terraform
 expect_no_changes "the example"
+
+step "a migration: max_priority of aq-example.reports 10 -> 5, with its 3 report jobs inside"
+# The plan's count is the management API's, refreshed every 5 s; wait for it
+# so that the warning shows the 3 jobs.
+for _ in $(seq 1 20); do
+	curl -fsS -u guest:guest 'http://127.0.0.1:15672/api/queues/%2F/aq-example.reports' 2>/dev/null | grep -q '"messages":3[,}]' && break
+	sleep 0.5
+done
+"$tf" plan -input=false -no-color -var reports_max_priority=5 >"$root/bin/plan.txt" 2>&1
+sed -n '/Warning: Queue Will Be Replaced/,/^$/p;/Warning: Queue Will Be Replaced/,/guide on priority migrations/p' "$root/bin/plan.txt" | sed 's/^[│╷╵] \{0,1\}//' | awk '!seen[$0]++' | head -20
+"$tf" apply -auto-approve -input=false -no-color -var reports_max_priority=5 2>&1 | grep -E 'Apply complete|Error' || true
+show_reports() {
+	rabbitmqctl -q list_queues name messages arguments 2>/dev/null | grep -E '^aq-example\.reports\s' || true
+}
+echo "the broker now has (name, messages, arguments):"
+show_reports
+step "and back to 10, so that the next run finds the queue as the example declares it"
+"$tf" apply -auto-approve -input=false -no-color 2>&1 | grep -E 'Apply complete|Error' || true
+show_reports
+expect_no_changes "the migrations"

@@ -128,7 +128,7 @@ func run(ctx context.Context, out io.Writer, cfg config) (*report, error) {
 		{Name: "emails", MaxPriority: 10},
 		{Name: "reports", MaxPriority: 10, MessageTTL: 24 * time.Hour},
 	}}
-	emails, dead := set.WorkQueue("emails"), set.DeadQueue("emails")
+	emails, dead, reports := set.WorkQueue("emails"), set.DeadQueue("emails"), set.WorkQueue("reports")
 
 	mgmt, err := rabbithole.NewClient(strings.TrimRight(cfg.endpoint, "/"), cfg.username, cfg.password)
 	if err != nil {
@@ -144,11 +144,14 @@ func run(ctx context.Context, out io.Writer, cfg config) (*report, error) {
 	}
 	defer producer.Close()
 
-	// A dead letter of an earlier run would be counted as this run's.
-	if n, err := purge(cfg.amqpURL, dead); err != nil {
-		return nil, err
-	} else if n > 0 {
-		say("cleared %d dead letter(s) an earlier run left in %s", n, dead)
+	// A dead letter of an earlier run would be counted as this run's, and
+	// report jobs would pile up run after run.
+	for _, q := range []string{dead, reports} {
+		if n, err := purge(cfg.amqpURL, q); err != nil {
+			return nil, err
+		} else if n > 0 {
+			say("cleared %d message(s) an earlier run left in %s", n, q)
+		}
 	}
 
 	w := &watcher{mgmt: mgmt, amqpURL: cfg.amqpURL, prefix: cfg.prefix + ".", say: say}
@@ -245,6 +248,15 @@ func run(ctx context.Context, out io.Writer, cfg config) (*report, error) {
 	}
 	stopWatching()
 	rep.HoldQueuesSeen, rep.HoldQueuesGone = w.seen(), w.gone()
+
+	// Nothing consumes reports here: these wait in the queue, for make demo
+	// to migrate them when it changes the queue's max_priority.
+	for i, day := range []string{"2026-11-30", "2026-12-01", "2026-12-02"} {
+		if _, err := producer.Enqueue(ctx, "reports", "daily_report", map[string]string{"day": day}, nil); err != nil {
+			return nil, fmt.Errorf("enqueue report %d: %w", i+1, err)
+		}
+	}
+	say("left 3 report jobs waiting in %s (nothing consumes it in this example)", reports)
 
 	headers, err := peekDeadLetter(cfg.amqpURL, dead)
 	if err != nil {

@@ -14,6 +14,12 @@ variable "endpoint" {
   default     = "http://127.0.0.1:15672"
 }
 
+variable "reports_max_priority" {
+  description = "x-max-priority of aq-example.reports; make demo changes it to show a migration, then changes it back."
+  type        = number
+  default     = 10
+}
+
 provider "queuey" {
   endpoint = var.endpoint
   username = "guest"
@@ -28,7 +34,7 @@ resource "queuey_queue_set" "example" {
       max_priority = 10
     }
     reports = {
-      max_priority = 10
+      max_priority = var.reports_max_priority
       message_ttl  = "24h"
     }
   }
