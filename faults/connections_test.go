@@ -42,30 +42,19 @@ func TestFaultConnectionsClosedByBroker(t *testing.T) {
 			closed.Add(int64(closeAllConnections(t)))
 		}
 	}()
-	next := atomic.Int64{}
 	var wg sync.WaitGroup
-	for range producers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				seq := int(next.Add(1)) - 1
-				if seq >= jobs {
-					return
-				}
-				job := faultJob{Seq: seq}
-				if seq%10 == 0 {
-					job.FailUntil = 1
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-				_, err := queuey.EnqueueJob(ctx, prod, job, nil)
-				cancel()
-				l.enqueued(seq, err)
-				// Spread the load over the kills.
-				time.Sleep(5 * time.Millisecond)
-			}
-		}()
-	}
+	spread(&wg, producers, 0, jobs, func(seq int) {
+		job := faultJob{Seq: seq}
+		if seq%10 == 0 {
+			job.FailUntil = 1
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		_, err := queuey.EnqueueJob(ctx, prod, job, nil)
+		cancel()
+		l.enqueued(seq, err)
+		// Spread the load over the kills.
+		time.Sleep(5 * time.Millisecond)
+	})
 	wg.Wait()
 	<-killed
 	if !within(2*time.Minute, l.allHandled) {
@@ -121,23 +110,12 @@ func TestFaultRejectedDeclarationBesideBusyPublishes(t *testing.T) {
 	var firstOther atomic.Value
 	var wg sync.WaitGroup
 	run := func(workers, from, n int, call func(ctx context.Context, seq int) error, done func(seq int, err error)) {
-		next := atomic.Int64{}
-		for range workers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					i := int(next.Add(1)) - 1
-					if i >= n {
-						return
-					}
-					ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-					err := call(ctx, from+i)
-					cancel()
-					done(from+i, err)
-				}
-			}()
-		}
+		spread(&wg, workers, from, n, func(seq int) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			err := call(ctx, seq)
+			cancel()
+			done(seq, err)
+		})
 	}
 	run(8, 0, now, func(ctx context.Context, seq int) error {
 		_, err := queuey.EnqueueJob(ctx, prod, faultJob{Seq: seq}, nil)

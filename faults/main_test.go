@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -261,5 +262,25 @@ func within(d time.Duration, cond func() bool) bool {
 			return cond()
 		case <-time.After(100 * time.Millisecond):
 		}
+	}
+}
+
+// spread runs fn for every seq in [from, from+n) on workers goroutines, each
+// taking the next seq as it finishes one, counted in wg so that callers can
+// wait for several spreads at once.
+func spread(wg *sync.WaitGroup, workers, from, n int, fn func(seq int)) {
+	var next atomic.Int64
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				fn(from + i)
+			}
+		}()
 	}
 }

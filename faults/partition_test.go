@@ -156,39 +156,28 @@ func TestFaultSilentPartition(t *testing.T) {
 		healAt = time.Now()
 		proxy.heal()
 	}()
-	next := atomic.Int64{}
 	var slowest atomic.Int64
 	var wg sync.WaitGroup
-	for range producers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				seq := int(next.Add(1)) - 1
-				if seq >= jobs {
-					return
-				}
-				job := faultJob{Seq: seq}
-				ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
-				start := time.Now()
-				var err error
-				if seq%10 == 0 {
-					_, err = queuey.EnqueueJobAfter(ctx, prod, job, time.Second, nil)
-				} else {
-					_, err = queuey.EnqueueJob(ctx, prod, job, nil)
-				}
-				cancel()
-				if d := int64(time.Since(start)); d > slowest.Load() {
-					slowest.Store(d)
-				}
-				l.enqueued(seq, err)
-				if err == nil {
-					confirmedN.Add(1)
-				}
-				time.Sleep(2 * time.Millisecond)
-			}
-		}()
-	}
+	spread(&wg, producers, 0, jobs, func(seq int) {
+		job := faultJob{Seq: seq}
+		ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+		start := time.Now()
+		var err error
+		if seq%10 == 0 {
+			_, err = queuey.EnqueueJobAfter(ctx, prod, job, time.Second, nil)
+		} else {
+			_, err = queuey.EnqueueJob(ctx, prod, job, nil)
+		}
+		cancel()
+		if d := int64(time.Since(start)); d > slowest.Load() {
+			slowest.Store(d)
+		}
+		l.enqueued(seq, err)
+		if err == nil {
+			confirmedN.Add(1)
+		}
+		time.Sleep(2 * time.Millisecond)
+	})
 	wg.Wait()
 	<-healed
 	if !within(2*time.Minute, l.allHandled) {

@@ -49,41 +49,30 @@ func TestFaultBrokerRestartUnderLoad(t *testing.T) {
 	}()
 
 	began := time.Now()
-	next := atomic.Int64{}
 	var wg sync.WaitGroup
 	var slowest atomic.Int64
-	for range producers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				seq := int(next.Add(1)) - 1
-				if seq >= jobs {
-					return
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-				callStart := time.Now()
-				var err error
-				job := faultJob{Seq: seq}
-				switch {
-				case seq%20 == 0:
-					_, err = queuey.EnqueueJobAfter(ctx, prod, job, 15*time.Second, nil)
-				case seq%10 == 0:
-					_, err = queuey.EnqueueJobAfter(ctx, prod, job, 4*time.Second, nil)
-				default:
-					_, err = queuey.EnqueueJob(ctx, prod, job, nil)
-				}
-				cancel()
-				if d := int64(time.Since(callStart)); d > slowest.Load() {
-					slowest.Store(d)
-				}
-				l.enqueued(seq, err)
-				if err == nil {
-					confirmedN.Add(1)
-				}
-			}
-		}()
-	}
+	spread(&wg, producers, 0, jobs, func(seq int) {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		callStart := time.Now()
+		var err error
+		job := faultJob{Seq: seq}
+		switch {
+		case seq%20 == 0:
+			_, err = queuey.EnqueueJobAfter(ctx, prod, job, 15*time.Second, nil)
+		case seq%10 == 0:
+			_, err = queuey.EnqueueJobAfter(ctx, prod, job, 4*time.Second, nil)
+		default:
+			_, err = queuey.EnqueueJob(ctx, prod, job, nil)
+		}
+		cancel()
+		if d := int64(time.Since(callStart)); d > slowest.Load() {
+			slowest.Store(d)
+		}
+		l.enqueued(seq, err)
+		if err == nil {
+			confirmedN.Add(1)
+		}
+	})
 	wg.Wait()
 	produced := time.Since(began)
 	<-restarted
