@@ -70,7 +70,7 @@ func setProblems(s topology.Set) []string {
 		if q.MessageTTL < 0 || q.MessageTTL%time.Millisecond != 0 || q.MessageTTL/time.Millisecond > 1<<32-1 {
 			p = append(p, "ttl")
 		}
-		for _, n := range []string{work, work + ".dead", work + ".migrating"} {
+		for _, n := range []string{work, work + ".dead", work + ".migrating", work + ".migrating.divert"} {
 			if seen[n] {
 				p = append(p, "collision "+n)
 			}
@@ -92,6 +92,7 @@ func FuzzValidate(f *testing.F) {
 	f.Add("myapp", "emails,reports,billing", 10, int64(60*time.Second))
 	f.Add("p", "x,x.dead", 10, int64(0))
 	f.Add("p", "x,x.migrating", 10, int64(0))
+	f.Add("p", "x,x.migrating.divert", 10, int64(0))
 	f.Add("p", "x.dead,x", 10, int64(0))
 	f.Add("p", "x,x.deferred.500", 10, int64(0))
 	f.Add("p", "x,x.dead.deferred.500", 10, int64(0))
@@ -169,13 +170,16 @@ func FuzzValidate(f *testing.F) {
 			if len(work) > topology.MaxWorkNameBytes {
 				t.Fatalf("accepted work queue of %d bytes", len(work))
 			}
+			if n := len(topology.DivertName(work)); n > topology.MaxNameBytes {
+				t.Fatalf("accepted work queue %q whose divert queue name is %d bytes", work, n)
+			}
 			if n := len(topology.HoldName(work, topology.MaxHoldTTL)); n > topology.MaxNameBytes {
 				t.Fatalf("accepted work queue %q whose longest hold name is %d bytes", work, n)
 			}
 			if strings.HasPrefix(work, "amq.") {
 				t.Fatalf("accepted work queue %q in RabbitMQ's reserved namespace", work)
 			}
-			for _, n := range []string{work, topology.DeadName(work), topology.MigrationName(work)} {
+			for _, n := range []string{work, topology.DeadName(work), topology.MigrationName(work), topology.DivertName(work)} {
 				if names2[n] {
 					t.Fatalf("accepted a set where two queues are named %q", n)
 				}

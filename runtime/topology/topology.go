@@ -58,6 +58,9 @@ const (
 	// queue its messages wait in while the queue is redeclared with other
 	// arguments.
 	MigrationSuffix = ".migrating"
+	// DivertSuffix follows a work queue's name to name its divert queue:
+	// see DivertName.
+	DivertSuffix = MigrationSuffix + ".divert"
 	// HoldInfix follows a work queue's name, before the TTL in milliseconds,
 	// to name a hold queue.
 	HoldInfix = ".deferred."
@@ -123,6 +126,59 @@ func MigrationName(work string) string { return work + MigrationSuffix }
 // durable classic queue, so that it accepts messages of any priority and
 // keeps them across a broker restart.
 func MigrationArgs() map[string]any { return map[string]any{} }
+
+// DivertName is the name of work's divert queue. While it exists, queuey
+// producers publish what they would publish to work into its migration queue
+// (MigrationName) instead, so that a migration can delete work without a
+// publish racing the deletion: RabbitMQ confirms a message routed to a queue
+// whose deletion is under way, and drops it.
+//
+// A divert queue is a marker and never holds a message (DivertArgs). A
+// producer learns whether it exists by publishing an empty mandatory
+// message to it: a basic.return says it does not, a basic.nack that it
+// does. Neither closes the channel, as a passive declaration of a queue that
+// does not exist would.
+//
+// The protocol between producers and a migration, with the constants below:
+//
+//   - A producer publishes to work directly only within DivertRecheck of
+//     sending a probe that found no divert queue; past that, it probes again
+//     first. While a probe finds the divert queue, it publishes into the
+//     migration queue.
+//   - A migration declares the migration queue, then the divert queue, and
+//     deletes work no sooner than DivertGrace after the divert queue's
+//     declaration: by then no producer publishes to work any more.
+//   - It deletes the divert queue once work is declared again with its new
+//     arguments, and deletes the migration queue no sooner than DivertGrace
+//     after that: by then no producer publishes into it any more.
+//
+// Only work queues are diverted: dead-letter queues have fixed arguments and
+// are never migrated.
+func DivertName(work string) string { return work + DivertSuffix }
+
+// DivertArgs are the arguments of a divert queue: it holds nothing and
+// refuses every message with a basic.nack.
+func DivertArgs() map[string]any {
+	return map[string]any{"x-max-length": int64(0), "x-overflow": "reject-publish"}
+}
+
+// DivertDurable is the durability of every divert queue: a migration that
+// dies with the divert queue declared is resumed by the next apply, and a
+// broker restart meanwhile must not send producers back to a queue that may
+// not exist.
+const DivertDurable = true
+
+const (
+	// DivertRecheck is how long a queuey producer trusts a probe of a divert
+	// queue (see DivertName), counted from when it sent the probe.
+	DivertRecheck = 250 * time.Millisecond
+	// DivertGrace is how long a migration waits after declaring a divert
+	// queue before it deletes the work queue, and after deleting the divert
+	// queue before it deletes the migration queue: DivertRecheck, plus
+	// three quarters of a second for a publish sent within it to reach the
+	// broker.
+	DivertGrace = time.Second
+)
 
 // HoldName is the name of the hold queue that returns messages to work after
 // ttlMs milliseconds.

@@ -124,7 +124,7 @@ func Validate(s Set) error {
 			errs = append(errs, err)
 		}
 		work := WorkName(s.Prefix, q.Name)
-		for _, name := range []string{work, DeadName(work), MigrationName(work)} {
+		for _, name := range []string{work, DeadName(work), MigrationName(work), DivertName(work)} {
 			if other, dup := owner[name]; dup {
 				if other == q.Name {
 					errs = append(errs, &NameError{Queue: q.Name, logical: true, Reason: "is listed twice"})

@@ -456,3 +456,30 @@ func TestValidateMigrationQueueCollision(t *testing.T) {
 		t.Fatalf("MigrationArgs() = %v, want none", args)
 	}
 }
+
+func TestValidateDivertQueueCollision(t *testing.T) {
+	t.Parallel()
+
+	err := topology.Validate(topology.Set{Prefix: "p", Queues: []topology.Queue{{Name: "x"}, {Name: "x.migrating.divert"}}})
+	if !errors.Is(err, topology.ErrInvalidName) {
+		t.Fatalf("Validate = %v, want a collision with x's divert queue", err)
+	}
+	if !strings.Contains(err.Error(), `"p.x.migrating.divert"`) {
+		t.Fatalf("Validate error = %q, want it to name the broker queue p.x.migrating.divert", err)
+	}
+	if got := topology.DivertName("p.x"); got != "p.x.migrating.divert" {
+		t.Fatalf("DivertName(p.x) = %q", got)
+	}
+	// The longest work queue Validate accepts still has a divert queue
+	// whose name fits.
+	if n := len(topology.DivertName(strings.Repeat("w", topology.MaxWorkNameBytes))); n > topology.MaxNameBytes {
+		t.Fatalf("the divert queue of the longest work queue is %d bytes, over %d", n, topology.MaxNameBytes)
+	}
+	args := topology.DivertArgs()
+	if args["x-max-length"] != int64(0) || args["x-overflow"] != "reject-publish" || len(args) != 2 {
+		t.Fatalf("DivertArgs() = %v, want x-max-length 0 (int64) and x-overflow reject-publish", args)
+	}
+	if topology.DivertGrace < 2*topology.DivertRecheck {
+		t.Fatalf("DivertGrace %v leaves no time for a publish sent within DivertRecheck %v to arrive", topology.DivertGrace, topology.DivertRecheck)
+	}
+}
