@@ -5,12 +5,17 @@
 // moves the messages back:
 //
 //	declare-temp  declare q.migrating (topology.MigrationName), durable, no arguments
+//	divert        declare q.migrating.divert (topology.DivertName): queuey
+//	              producers publish into q.migrating from now on
 //	move-aside    move every message of q into q.migrating
-//	delete        delete q, only if it is empty (if-empty); new work that
+//	delete        delete q, only if it is empty (if-empty), and no sooner
+//	              than topology.DivertGrace after divert; new work that
 //	              arrived meanwhile is moved aside and the delete tried again
 //	redeclare     declare q with the new arguments
+//	undivert      delete q.migrating.divert: producers publish into q again
 //	move-back     move every message of q.migrating into q
-//	delete-temp   delete q.migrating, only if it is empty
+//	delete-temp   delete q.migrating, only if it is empty, and no sooner than
+//	              topology.DivertGrace after undivert
 //
 // Every move publishes each message to the default exchange, mandatory, with
 // all its properties and headers, waits for the publisher confirm, and only
@@ -21,18 +26,22 @@
 // inside a move can leave a message in both queues, which at-least-once
 // delivery allows; it never leaves it in neither.
 //
-// q does not exist between delete and redeclare (Result.Absent). Publishes
-// to q in that window are returned as unroutable (the queuey runtime retries
-// them), and a message that a hold queue dead-letters into q in that window
-// is dropped by the broker: dead-lettering to a queue that does not exist
-// discards the message.
+// Why divert: a publish that reaches q while the broker deletes it is lost
+// with a positive confirm. RabbitMQ (3.10.8, checked) settles a message
+// routed to a queue whose deletion is under way as if the queue were already
+// gone, without a return, and no client can detect it. The divert queue is
+// the protocol (see topology.DivertName) by which queuey producers stop
+// publishing to q before it is deleted: a producer trusts a probe of the
+// divert queue for topology.DivertRecheck, and the migration waits
+// topology.DivertGrace before each deletion, so that no queuey producer
+// publishes to a queue while it is deleted. Publishers that do not follow the
+// protocol (raw AMQP clients) still race the deletion, and can lose one
+// message per publish in flight at that instant: pause them (see the
+// priority-migrations guide).
 //
-// A publish that reaches q while the broker deletes it is lost with a
-// positive confirm: RabbitMQ (3.10.8, checked) settles a message routed to a
-// queue that is being deleted as if the queue were already gone, without a
-// return. Producers publishing during the deletion can lose one message per
-// publish in flight at that instant; no client can detect it. Pause them if
-// that matters (see the priority-migrations guide).
+// q does not exist between delete and redeclare (Result.Absent). A message
+// that a hold queue dead-letters into q in that window is dropped by the
+// broker: dead-lettering to a queue that does not exist discards the message.
 //
 // The package does no management API calls: everything it needs is
 // observable over AMQP, and exact where the management API's counts lag.
@@ -58,15 +67,17 @@ type Step string
 // absent.
 const (
 	StepDeclareTemp Step = "declare-temp"
+	StepDivert      Step = "divert"
 	StepMoveAside   Step = "move-aside"
 	StepDelete      Step = "delete"
 	StepRedeclare   Step = "redeclare"
+	StepUndivert    Step = "undivert"
 	StepMoveBack    Step = "move-back"
 	StepDeleteTemp  Step = "delete-temp"
 )
 
 // Steps lists every step in order.
-var Steps = []Step{StepDeclareTemp, StepMoveAside, StepDelete, StepRedeclare, StepMoveBack, StepDeleteTemp}
+var Steps = []Step{StepDeclareTemp, StepDivert, StepMoveAside, StepDelete, StepRedeclare, StepUndivert, StepMoveBack, StepDeleteTemp}
 
 // Defaults of Options.
 const (
@@ -88,6 +99,13 @@ type Options struct {
 	// again with its old arguments while it was absent. Defaults to
 	// DefaultMaxRounds.
 	MaxRounds int
+	// Grace is how long the migration waits after declaring the divert
+	// queue before it deletes q, and after deleting the divert queue before
+	// it deletes the temporary queue, so that queuey producers have stopped
+	// publishing to the queue it deletes (see topology.DivertName).
+	// Defaults to topology.DivertGrace; shorter is safe only when no queuey
+	// producer publishes to q during the migration.
+	Grace time.Duration
 
 	// beforeAck, for tests, runs in a move after a batch is confirmed and
 	// before its originals are acknowledged; an error stops the move there,
@@ -105,6 +123,9 @@ func (o *Options) resolved() Options {
 	}
 	if r.MaxRounds <= 0 {
 		r.MaxRounds = DefaultMaxRounds
+	}
+	if r.Grace <= 0 {
+		r.Grace = topology.DivertGrace
 	}
 	return r
 }
@@ -154,6 +175,10 @@ type Result struct {
 	Absent time.Duration
 	// DeletedAt is when q was last deleted, zero if never.
 	DeletedAt time.Time
+	// Diverted is how long this call kept queuey producers publishing into
+	// the temporary queue: from the divert queue's declaration to its
+	// deletion. Jobs they published meanwhile wait there until move-back.
+	Diverted time.Duration
 	// Took is the whole migration.
 	Took time.Duration
 }
@@ -194,7 +219,7 @@ func Dial(amqpURL, vhost string, cfg *amqp.Config) (*amqp.Connection, error) {
 // runtime's: integers as int64 (topology.WorkArgs).
 func Migrate(ctx context.Context, ac *amqp.Connection, queue string, args map[string]any, durable bool, opts *Options) (Result, error) {
 	o := opts.resolved()
-	m := &migration{ctx: ctx, ac: ac, queue: queue, temp: topology.MigrationName(queue), args: args, durable: durable, opts: o}
+	m := &migration{ctx: ctx, ac: ac, queue: queue, temp: topology.MigrationName(queue), divert: topology.DivertName(queue), args: args, durable: durable, opts: o}
 	start := time.Now()
 	m.res.Queue, m.res.Temp = m.queue, m.temp
 	err := m.run()
@@ -230,11 +255,19 @@ type migration struct {
 	ac      *amqp.Connection
 	queue   string
 	temp    string
+	divert  string
 	args    map[string]any
 	durable bool
 	opts    Options
 	res     Result
 	ctl     *amqp.Channel // see control
+
+	// divertedAt is when this call's declaration of the divert queue
+	// returned, zero before; undivertedAt when its deletion returned, or
+	// when this call found it absent with a migration to finish. Each is
+	// no earlier than the broker's change, so waiting Grace from them is
+	// waiting at least that long from the change.
+	divertedAt, undivertedAt time.Time
 }
 
 func (m *migration) step(s Step) error {
@@ -255,6 +288,19 @@ func (m *migration) run() error {
 	queueExists, _, err := m.exists(m.queue)
 	if err != nil {
 		return err
+	}
+	divertExists, _, err := m.exists(m.divert)
+	if err != nil {
+		return err
+	}
+	if divertExists && !tempExists {
+		// A divert queue without its temporary queue: the temporary
+		// queue was deleted by hand, and producers that find the divert
+		// queue fall back to q when their publish into it is returned.
+		// Nothing waits in a temporary queue to be moved back.
+		if err := m.undivert(); err != nil {
+			return err
+		}
 	}
 	// Declaring q with the target arguments tells its state apart: it
 	// succeeds when q has them (or is absent, and then creates it), and is
@@ -294,9 +340,30 @@ func (m *migration) run() error {
 	}
 
 	if m.res.Found == StateFresh || m.res.Found == StateResumedOld || m.res.Found == StateResumedAbsent {
+		if err := m.declare(m.divert, topology.DivertDurable, topology.DivertArgs()); err != nil {
+			return err
+		}
+		m.divertedAt = time.Now()
+		if err := m.step(StepDivert); err != nil {
+			return err
+		}
 		if err := m.replace(m.res.Found == StateResumedAbsent); err != nil {
 			return err
 		}
+	}
+	// q has the new arguments: send producers back to it. A resumed
+	// migration that finds no divert queue counts from now: producers
+	// stopped trusting a probe that found it DivertRecheck after its
+	// deletion, before this call.
+	if divertExists || !m.divertedAt.IsZero() {
+		if err := m.undivert(); err != nil {
+			return err
+		}
+		if err := m.step(StepUndivert); err != nil {
+			return err
+		}
+	} else {
+		m.undivertedAt = time.Now()
 	}
 
 	n, err := m.move(m.temp, m.queue)
@@ -308,6 +375,11 @@ func (m *migration) run() error {
 		return err
 	}
 	for round := 0; ; round++ {
+		// Producers may still publish into the temporary queue until
+		// the grace after undivert has passed: move that back too.
+		if err := m.waitGrace(m.undivertedAt); err != nil {
+			return err
+		}
 		err := m.delete(m.temp)
 		if err == nil {
 			break
@@ -323,6 +395,36 @@ func (m *migration) run() error {
 		}
 	}
 	return m.step(StepDeleteTemp)
+}
+
+// undivert deletes the divert queue, whether or not it exists.
+func (m *migration) undivert() error {
+	if _, err := m.deleteQueue(m.divert, false); err != nil {
+		return fmt.Errorf("delete %q: %w", m.divert, err)
+	}
+	m.undivertedAt = time.Now()
+	if !m.divertedAt.IsZero() {
+		m.res.Diverted += m.undivertedAt.Sub(m.divertedAt)
+	}
+	return nil
+}
+
+// waitGrace waits until Grace has passed since from. With more than the
+// grace left it returns early, so that the caller can move what arrived
+// meanwhile before waiting the rest; see moveAsideAndDelete.
+func (m *migration) waitGrace(from time.Time) error {
+	left := time.Until(from.Add(m.opts.Grace))
+	if left <= 0 {
+		return nil
+	}
+	t := time.NewTimer(left)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-m.ctx.Done():
+		return m.ctx.Err()
+	}
 }
 
 // replace moves q's messages aside, deletes q and declares it with the target
@@ -381,6 +483,15 @@ func (m *migration) moveAsideAndDelete() error {
 			if err := m.step(StepMoveAside); err != nil {
 				return err
 			}
+		}
+		if left := time.Until(m.divertedAt.Add(m.opts.Grace)); left > 0 {
+			// Producers that probed before the divert queue existed
+			// may still publish to q: wait them out, then move what
+			// they published.
+			if err := m.waitGrace(m.divertedAt); err != nil {
+				return err
+			}
+			continue
 		}
 		m.res.DeleteAttempts++
 		err = m.delete(m.queue)
@@ -487,14 +598,20 @@ func (m *migration) declareTarget() (bool, error) {
 	return false, err
 }
 
+// delete deletes name if it is empty.
 func (m *migration) delete(name string) error {
+	_, err := m.deleteQueue(name, true)
+	return err
+}
+
+func (m *migration) deleteQueue(name string, ifEmpty bool) (int, error) {
 	ch, err := m.control()
 	if err != nil {
-		return err
+		return 0, err
 	}
-	_, err = ch.QueueDelete(name, false, true, false)
+	n, err := ch.QueueDelete(name, false, ifEmpty, false)
 	m.done(err)
-	return err
+	return n, err
 }
 
 // isNotEmpty reports whether err is the broker refusing an if-empty delete.

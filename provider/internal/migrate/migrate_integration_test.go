@@ -350,8 +350,10 @@ func TestIntegrationMigrateResumesAfterAFailureAtEveryStep(t *testing.T) {
 			if got := b.args(q)[topology.ArgMaxPriority]; got != float64(10) {
 				t.Errorf("%s has x-max-priority %v, want 10", q, got)
 			}
-			if ok, _ := b.exists(topology.MigrationName(q)); ok {
-				t.Errorf("%s is still there", topology.MigrationName(q))
+			for _, left := range []string{topology.MigrationName(q), topology.DivertName(q)} {
+				if ok, _ := b.exists(left); ok {
+					t.Errorf("%s is still there", left)
+				}
 			}
 			got, dups, _ := b.drain(q)
 			checkIntact(t, got, migMessages)
@@ -401,7 +403,9 @@ func TestIntegrationMigrateMovesAsideAgainWhenWorkArrivesBeforeTheDelete(t *test
 	b.declare(q, true, noPriority)
 	b.publish(q, 0, 100)
 	once := false
-	res, err := Migrate(t.Context(), b.dial(), q, priority10, true, &Options{AfterStep: func(s Step) error {
+	// No grace: without one the delete comes right after the move, and
+	// the message published in between makes it fail.
+	res, err := Migrate(t.Context(), b.dial(), q, priority10, true, &Options{Grace: time.Nanosecond, AfterStep: func(s Step) error {
 		if s == StepMoveAside && !once {
 			once = true
 			b.publish(q, 100, 101) // arrives after the move took everything
@@ -434,7 +438,9 @@ func TestIntegrationMigrateAbsentWindow(t *testing.T) {
 		if i%2 == 1 {
 			target = noPriority
 		}
-		res, err := Migrate(t.Context(), ac, q, target, true, nil)
+		// Nothing publishes during these migrations, so the grace for
+		// producers (which does not count towards the window) is cut.
+		res, err := Migrate(t.Context(), ac, q, target, true, &Options{Grace: time.Nanosecond})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -475,5 +481,67 @@ func TestIntegrationMigrateCreatesAMissingQueue(t *testing.T) {
 	pending, _, err := Pending(t.Context(), b.ac, q)
 	if err != nil || pending {
 		t.Errorf("Pending = %v, %v after a finished migration", pending, err)
+	}
+}
+
+// TestIntegrationMigrateWaitsOutTheGraceBeforeEachDeletion checks the
+// engine's side of the divert protocol (topology.DivertName) from outside:
+// the divert queue exists from before q is deleted until after q is
+// declared again, and q and the temporary queue are each deleted no sooner
+// than the grace after the divert queue appeared or went.
+func TestIntegrationMigrateWaitsOutTheGraceBeforeEachDeletion(t *testing.T) {
+	t.Parallel()
+	b := newMigBroker(t)
+	q := b.prefix + ".jobs"
+	b.declare(q, true, noPriority)
+	b.publish(q, 0, 10)
+	const grace = 300 * time.Millisecond
+	at := map[Step]time.Time{}
+	divertAt := map[Step]bool{}
+	res, err := Migrate(t.Context(), b.dial(), q, priority10, true, &Options{Grace: grace, AfterStep: func(s Step) error {
+		at[s] = time.Now()
+		divertAt[s], _ = b.exists(topology.DivertName(q))
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[Step]bool{StepDeclareTemp: false, StepDivert: true, StepMoveAside: true, StepDelete: true, StepRedeclare: true, StepUndivert: false, StepMoveBack: false, StepDeleteTemp: false}
+	for s, w := range want {
+		if _, ok := at[s]; !ok {
+			t.Errorf("step %s never ran", s)
+		} else if divertAt[s] != w {
+			t.Errorf("after step %s the divert queue exists = %v, want %v", s, divertAt[s], w)
+		}
+	}
+	if d := at[StepDelete].Sub(at[StepDivert]); d < grace {
+		t.Errorf("q deleted %v after the divert queue was declared, want at least %v", d, grace)
+	}
+	if d := at[StepDeleteTemp].Sub(at[StepUndivert]); d < grace {
+		t.Errorf("the temporary queue deleted %v after the divert queue was deleted, want at least %v", d, grace)
+	}
+	if res.Diverted < grace {
+		t.Errorf("Diverted = %v, want at least the grace %v", res.Diverted, grace)
+	}
+	t.Logf("%+v", res)
+	got, _, _ := b.drain(q)
+	checkIntact(t, got, 10)
+}
+
+// TestIntegrationMigrateRemovesAStrayDivertQueue covers a divert queue
+// whose temporary queue was deleted by hand: producers would keep probing
+// it and falling back, so a migration removes it.
+func TestIntegrationMigrateRemovesAStrayDivertQueue(t *testing.T) {
+	t.Parallel()
+	b := newMigBroker(t)
+	q := b.prefix + ".jobs"
+	b.declare(q, true, priority10)
+	b.declare(topology.DivertName(q), topology.DivertDurable, topology.DivertArgs())
+	res, err := Migrate(t.Context(), b.dial(), q, priority10, true, nil)
+	if err != nil || res.Found != StateDone {
+		t.Fatalf("Migrate = %+v, %v; want already migrated", res, err)
+	}
+	if ok, _ := b.exists(topology.DivertName(q)); ok {
+		t.Errorf("%s is still there", topology.DivertName(q))
 	}
 }
