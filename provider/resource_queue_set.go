@@ -794,16 +794,22 @@ func (r *queueSetResource) declareOrResume(ctx context.Context, vhost string, d 
 	return r.data.broker.declare(vhost, d.name, d.durable, d.args)
 }
 
-// removeQueue deletes a logical queue: its hold queues, its work queue, a
-// migration queue an unfinished migration left, and its dead-letter queue, in
-// that order, so that nothing dead-letters into a queue already gone. Which
-// hold and migration queues exist comes from existing, the listing the caller
-// made. Without force the broker refuses each deletion of a queue that holds
+// removeQueue deletes a logical queue: the divert queue an unfinished
+// migration left, its hold queues, its work queue, the migration queue an
+// unfinished migration left, and its dead-letter queue, in that order, so
+// that nothing dead-letters into a queue already gone. Which hold, divert and
+// migration queues exist comes from existing, the listing the caller made. Without force the broker refuses each deletion of a queue that holds
 // ready messages, whatever a lagging count said.
 func (r *queueSetResource) removeQueue(vhost, prefix, name string, existing map[string]brokerQueue, force bool) error {
 	b := r.data.broker
 	work := topology.WorkName(prefix, name)
-	names := append(holdQueuesOf(existing, work), work)
+	names := holdQueuesOf(existing, work)
+	// The divert queue goes first: it sends producers into the migration
+	// queue, which is about to go too.
+	if _, ok := existing[topology.DivertName(work)]; ok {
+		names = append([]string{topology.DivertName(work)}, names...)
+	}
+	names = append(names, work)
 	if _, ok := existing[topology.MigrationName(work)]; ok {
 		names = append(names, topology.MigrationName(work))
 	}
