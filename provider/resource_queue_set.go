@@ -756,10 +756,11 @@ func (r *queueSetResource) ModifyPlan(ctx context.Context, req resource.ModifyPl
 		}
 		resp.Diagnostics.AddAttributeWarning(path.Root("queues").AtMapKey(name), "Queue Will Be Replaced",
 			fmt.Sprintf("In virtual host %q, %s. It is replaced because RabbitMQ cannot change a queue's arguments in place (%s). %s "+
-				"The queue is absent for a moment between its deletion and its new declaration: queuey producers retry a publish that comes back unroutable meanwhile, "+
-				"and workers resubscribe when it is back. An apply that stops halfway is resumed by the next one. "+
-				"Two races remain, each a few milliseconds wide: a publish that reaches the queue while RabbitMQ deletes it, and a retry released from a hold queue while the queue is absent, are lost; "+
-				"pause producers for the apply if not one message may be lost (see the guide on priority migrations).",
+				"While the queue is replaced, queuey producers publish into the migration queue (their jobs are moved back with the rest), "+
+				"and workers resubscribe when the queue is back. An apply that stops halfway is resumed by the next one. "+
+				"Two risks remain: a delay, retry or deferral that a hold queue releases in the milliseconds the queue is absent is lost, "+
+				"and so is a publish from a client that is not a queuey producer (raw AMQP) that reaches the queue while RabbitMQ deletes it: "+
+				"pause such clients for the apply (see the guide on priority migrations).",
 				state.Vhost.ValueString(), migrate.Describe(target.name, count, target.args, target.durable), change.Reason, counted))
 	}
 }
