@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -42,6 +43,15 @@ type Producer struct {
 	decls chan *declChannel
 
 	flights flights // hold-queue declarations in progress
+
+	// diverts are the divert caches of the work queues of the set, by
+	// broker name; nil for an undeclared producer. See divert.go.
+	diverts map[string]*divertCache
+	// probes are the probes of divert queues in progress, by work queue:
+	// not flights, whose keys are hold-queue names.
+	probes flights
+	// probesSent counts the probes sent; read by tests.
+	probesSent atomic.Int64
 
 	mu       sync.RWMutex
 	closed   bool
@@ -144,8 +154,11 @@ func newProducer(c *conn, ownConn bool, set *QueueSet, prefix string, opts *Prod
 	}
 	if set != nil {
 		p.queues = make(map[string]topology.Queue, len(set.Queues))
+		p.diverts = make(map[string]*divertCache, len(set.Queues))
 		for _, q := range set.Queues {
-			p.queues[set.WorkQueue(q.Name)] = q.topology()
+			work := set.WorkQueue(q.Name)
+			p.queues[work] = q.topology()
+			p.diverts[work] = newDivertCache(work)
 		}
 	}
 	return p
@@ -289,7 +302,7 @@ func (p *Producer) EnqueueBatch(ctx context.Context, jobs []BatchJob) ([]string,
 			return nil, fmt.Errorf("queuey: batch job %d: %w", i, err)
 		}
 		ids[i] = env.JobID
-		out[i] = outgoing{key: env.Queue, msg: msg}
+		out[i] = p.outgoingTo(env.Queue, msg)
 	}
 	if err := p.begin(); err != nil {
 		return nil, err

@@ -17,7 +17,8 @@ package queuey
 //	    the broker adds on dead-lettering (see stripDeathHeaders).
 //	(*Producer).publishRaw(ctx, queue string, msg amqp.Publishing) error
 //	    Publishes msg as given (for dead letters, including a malformed body
-//	    copied verbatim) to the broker queue queue: mandatory, confirmed.
+//	    copied verbatim) to the broker queue queue: mandatory, confirmed,
+//	    diverted only if queue is a work queue of the set (see below).
 //	(*Producer).queueConfig(work string) (topology.Queue, bool)
 //	    The resolved config (max priority, durability, TTL) of a work queue of
 //	    the producer's set, by broker name; false for any other name.
@@ -52,12 +53,48 @@ package queuey
 // The listener's buffer (maxChunk) always has room, so amqp091-go never
 // drops a return for want of a reader. Concurrency comes from the size of
 // the pool (ProducerOptions.Channels).
+//
+// Diversion (divert.go; topology.DivertName states the protocol). A
+// migration (terraform apply changing a queue's arguments) moves the work
+// queue's messages into its migration queue, deletes the work queue and
+// declares it again. RabbitMQ confirms a message routed to a queue whose
+// deletion is under way, and drops it, so a producer publishing to the work
+// queue meanwhile would lose jobs it was told were enqueued. While the
+// migration runs, its divert queue exists, and producers publish into the
+// migration queue instead. So before every try of a publish sent straight to
+// a work queue of the producer's set (retries after a return or a lost
+// channel included), the producer picks the routing key: the work queue, or
+// its migration queue while the divert queue exists. It learns which by a
+// probe: an empty, transient, mandatory message to the divert queue's name,
+// whose basic.return says there is none and whose basic.nack says there is
+// one (an ack without a return, a race with the divert queue's deletion,
+// counts as one). A result is trusted for topology.DivertRecheck from when
+// its probe was sent; within that, a publish reads it with one atomic load
+// and takes no lock. Past it, the next publish probes, and the publishes to
+// the same queue that need a result meanwhile wait for that probe rather
+// than send their own (probes, a singleflight). A publish never goes, to
+// either queue, on a result older than DivertRecheck: it probes again.
+//
+// The probe runs on the channel the publish holds, once it is open, right
+// before the messages go out on it: a result is not spent waiting for a
+// free channel or a connection, and a publish never holds one channel while
+// it waits for another, which with one channel in the pool would deadlock.
+// A diverted message returned as unroutable (its migration queue is missing,
+// which happens only when someone deleted it by hand) is sent again at once
+// to the work queue. Errors name the queue the caller asked for, and the
+// queue a message was diverted to; the unroutable retry decides by the queue
+// asked for, never by the routing key.
+//
+// Not diverted: held publishes (into a hold queue) and dead letters, whose
+// queues are never migrated, and every publish of an undeclared producer,
+// which does not know which queues are work queues.
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -195,17 +232,40 @@ func (p *Producer) publishHeld(ctx context.Context, work string, durable bool, t
 
 // outgoing is one message of a chunk.
 type outgoing struct {
+	// key is the queue the caller asked for: the routing key, unless the
+	// message is diverted. Errors and the unroutable retry go by it.
 	key string
 	msg amqp.Publishing
 	// declare, when set, declares the message's queue; it runs before
 	// every try to send the message.
 	declare func(context.Context) error
+	// divert, when set, is key's divert cache: key is a work queue of the
+	// producer's set, and every try picks the routing key by it.
+	divert *divertCache
+	// rk is the routing key of the current try: key, or its migration
+	// queue while it is diverted. Set by route.
+	rk string
+}
+
+// target names where o went, for errors: the queue asked for, and the
+// queue it was diverted to if it was.
+func (o *outgoing) target() string {
+	if o.rk == "" || o.rk == o.key {
+		return strconv.Quote(o.key)
+	}
+	return fmt.Sprintf("%q (diverted to %q while it is migrated)", o.key, o.rk)
+}
+
+// outgoingTo is a message to queue, as sent to it directly (not through a
+// hold queue): diverted if queue is a work queue of the producer's set.
+func (p *Producer) outgoingTo(queue string, msg amqp.Publishing) outgoing {
+	return outgoing{key: queue, msg: msg, divert: p.diverts[queue]}
 }
 
 // publishOne publishes one message and waits for its confirm.
 func (p *Producer) publishOne(ctx context.Context, key string, msg amqp.Publishing) error {
 	var errs [1]error
-	p.publishRetrying(ctx, []outgoing{{key: key, msg: msg}}, errs[:])
+	p.publishRetrying(ctx, []outgoing{p.outgoingTo(key, msg)}, errs[:])
 	return errs[0]
 }
 
@@ -218,7 +278,8 @@ const (
 // publishRetrying is publishChunk, then, for up to UnroutableRetry, again
 // for the messages the broker returned as unroutable whose queue is a work
 // or dead-letter queue of the producer's set: such a queue exists unless it
-// is being migrated, which leaves it absent for moments.
+// is being migrated, which leaves it absent for moments. The queue is the
+// one the caller asked for, whatever routing key a diverted try used.
 func (p *Producer) publishRetrying(ctx context.Context, out []outgoing, errs []error) {
 	p.publishChunk(ctx, out, errs)
 	if p.opts.UnroutableRetry <= 0 || p.queues == nil {
@@ -384,6 +445,12 @@ func publishTries(ctx context.Context, out []outgoing, errs []error, once func(p
 // confirms and collects their returns. It sets errs[i] for each, and returns
 // the ones worth sending again: those that did not go out, or whose outcome
 // was lost with a closed channel.
+//
+// It picks each message's routing key first (route), on pc, which it holds
+// until the messages are out. A diverted message returned as unroutable
+// (its migration queue is missing: deleted by hand, as a migration never
+// does while the divert queue exists) is sent again at once to the queue
+// asked for.
 func (p *Producer) publishOnce(ctx context.Context, pc *pubChannel, out []outgoing, pending []int, errs []error) (retry []int) {
 	if err := p.open(ctx, pc); err != nil {
 		for _, i := range pending {
@@ -391,12 +458,42 @@ func (p *Producer) publishOnce(ctx context.Context, pc *pubChannel, out []outgoi
 		}
 		return nil
 	}
+	send, retry := p.route(ctx, pc, out, pending, errs)
+	retry = append(retry, p.sendOn(ctx, pc, out, send, errs)...)
+
+	var direct []int
+	for _, i := range send {
+		if o := &out[i]; o.rk != o.key && errors.Is(errs[i], ErrUnroutable) {
+			o.rk = o.key
+			direct = append(direct, i)
+		}
+	}
+	return append(retry, p.sendOn(ctx, pc, out, direct, errs)...)
+}
+
+// sendOn publishes out[i] for every i in pending on pc with routing key
+// out[i].rk; otherwise like publishOnce. It does not reopen pc: the routing
+// keys were picked for being sent now, not after waiting for a connection.
+func (p *Producer) sendOn(ctx context.Context, pc *pubChannel, out []outgoing, pending []int, errs []error) (retry []int) {
+	if len(pending) == 0 {
+		return nil
+	}
+	if pc.ch == nil {
+		// A probe gave up on the channel (see probeOnce).
+		for _, i := range pending {
+			errs[i] = fmt.Errorf("queuey: publish to %s: the channel closed before the job was sent: %w", out[i].target(), amqp.ErrClosed)
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		return pending
+	}
 	dcs := make([]*amqp.DeferredConfirmation, len(pending))
 	for k, i := range pending {
-		dc, err := pc.ch.PublishWithDeferredConfirmWithContext(ctx, "", out[i].key, true, false, out[i].msg)
+		dc, err := pc.ch.PublishWithDeferredConfirmWithContext(ctx, "", out[i].rk, true, false, out[i].msg)
 		if err != nil {
 			for _, j := range pending[k:] {
-				errs[j] = fmt.Errorf("queuey: publish to %q: %w", out[j].key, err)
+				errs[j] = fmt.Errorf("queuey: publish to %s: %w", out[j].target(), err)
 			}
 			if ctx.Err() == nil {
 				// Not sent: the channel or the connection is gone.
@@ -420,7 +517,7 @@ func (p *Producer) publishOnce(ctx context.Context, pc *pubChannel, out []outgoi
 			pc.discard()
 			for kk := k; kk < len(dcs); kk++ {
 				if dcs[kk] != nil {
-					errs[pending[kk]] = fmt.Errorf("queuey: publish to %q: gave up waiting for the broker's confirm; the job may or may not have been enqueued: %w", out[pending[kk]].key, err)
+					errs[pending[kk]] = fmt.Errorf("queuey: publish to %s: gave up waiting for the broker's confirm; the job may or may not have been enqueued: %w", out[pending[kk]].target(), err)
 				}
 			}
 			return nil
@@ -429,10 +526,10 @@ func (p *Producer) publishOnce(ctx context.Context, pc *pubChannel, out []outgoi
 		case pc.ch.IsClosed():
 			// amqp091-go settles the confirms of a closed channel as
 			// nacks; the broker said nothing.
-			errs[i] = fmt.Errorf("queuey: publish to %q: the channel closed before the broker confirmed the job, which may or may not have been enqueued: %w", out[i].key, amqp.ErrClosed)
+			errs[i] = fmt.Errorf("queuey: publish to %s: the channel closed before the broker confirmed the job, which may or may not have been enqueued: %w", out[i].target(), amqp.ErrClosed)
 			retry = append(retry, i)
 		default:
-			errs[i] = fmt.Errorf("queuey: publish to %q: %w", out[i].key, ErrNacked)
+			errs[i] = fmt.Errorf("queuey: publish to %s: %w", out[i].target(), ErrNacked)
 		}
 	}
 
@@ -458,7 +555,7 @@ func (p *Producer) publishOnce(ctx context.Context, pc *pubChannel, out []outgoi
 					continue
 				}
 			}
-			errs[i] = fmt.Errorf("queuey: publish to %q: %w: %s (%d): no queue has that name", out[i].key, ErrUnroutable, r.ReplyText, r.ReplyCode)
+			errs[i] = fmt.Errorf("queuey: publish to %s: %w: %s (%d): no queue has that name", out[i].target(), ErrUnroutable, r.ReplyText, r.ReplyCode)
 		default:
 			return retry
 		}
