@@ -41,11 +41,16 @@ type ProducerOptions struct {
 	// UnroutableRetry is how long a publish onto a work or dead-letter
 	// queue of the producer's declared set keeps being retried, with
 	// backoff (50 ms doubling to 1 s), while the broker returns it as
-	// unroutable because the queue does not exist: during a migration
-	// (terraform apply changing the queue's arguments) the queue is absent
-	// for a few milliseconds between its deletion and its redeclaration.
-	// After that time, or when the publish's context ends first, the
-	// publish fails with ErrUnroutable. An undeclared producer never
+	// unroutable because the queue does not exist. A migration (terraform
+	// apply changing the queue's arguments) leaves a work queue absent for
+	// a few milliseconds between its deletion and its redeclaration, but
+	// the producer does not publish to it then: it diverts those jobs into
+	// the migration queue (see Producer). The retry covers what diversion
+	// does not: a migration by a provider older than diversion, a queue an
+	// operator deleted and declares again, and a diverted job whose
+	// migration queue was deleted by hand, which is sent to the work queue
+	// instead. After that time, or when the publish's context ends first,
+	// the publish fails with ErrUnroutable. An undeclared producer never
 	// retries: it cannot tell a queue being migrated from a wrong name.
 	// Negative disables the retry. Defaults to DefaultUnroutableRetry.
 	UnroutableRetry time.Duration

@@ -25,6 +25,18 @@ import (
 // queues when it connects, and again whenever it reconnects; it can delay
 // and defer jobs onto those queues. A producer from NewUndeclaredProducer
 // declares nothing and cannot delay or defer.
+//
+// A declared producer keeps enqueueing while Terraform migrates one of its
+// queues (changes its arguments, which RabbitMQ allows only by deleting and
+// declaring it again): while the migration's divert queue exists, jobs sent
+// to the queue go into its migration queue, which the migration moves back
+// once the queue is declared again. The producer checks for the divert queue
+// with one small publish per queue at most every 250 ms
+// (topology.DivertRecheck), and only while it publishes to that queue.
+// Delayed and deferred jobs are not diverted: they wait in hold queues, which
+// are never migrated. An undeclared producer does not check, not knowing
+// which queues are work queues: a job it publishes at the moment a migration
+// deletes the queue is confirmed by the broker and lost.
 type Producer struct {
 	conn    *conn
 	ownConn bool
