@@ -1,0 +1,289 @@
+//go:build integration
+
+package queuey
+
+// Diversion against a real broker: while a work queue's divert queue exists,
+// a declared producer publishes what it would publish to the work queue into
+// the migration queue (topology.DivertName states the protocol).
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/queuey/terraform-provider-queuey/runtime/topology"
+)
+
+// divertBundle is a declared producer of one work queue "jobs" (and
+// "other", never diverted) with the test's broker and a channel to look
+// with.
+type divertBundle struct {
+	b         *testBroker
+	p         *Producer
+	ch        *amqp.Channel
+	work      string
+	migration string
+	divert    string
+	other     string
+}
+
+func setupDivert(t *testing.T, opts *ProducerOptions) *divertBundle {
+	t.Helper()
+	b := newTestBroker(t)
+	p := newTestProducer(t, b, []QueueConfig{{Name: "jobs", MaxPriority: NoPriority}, {Name: "other", MaxPriority: NoPriority}}, opts)
+	work := b.name("jobs")
+	return &divertBundle{b: b, p: p, ch: b.channel(), work: work, migration: topology.MigrationName(work), divert: topology.DivertName(work), other: b.name("other")}
+}
+
+// startMigration declares what a migration declares before it deletes the
+// work queue: the migration queue, then the divert queue.
+func (e *divertBundle) startMigration(withMigrationQueue bool) {
+	if withMigrationQueue {
+		e.b.declare(e.migration, true, topology.MigrationArgs())
+	}
+	e.b.declare(e.divert, topology.DivertDurable, topology.DivertArgs())
+}
+
+func (e *divertBundle) counts(t *testing.T, queues ...string) []int {
+	t.Helper()
+	n := make([]int, len(queues))
+	for i, q := range queues {
+		n[i] = e.b.count(e.ch, q)
+	}
+	return n
+}
+
+func TestIntegrationDivertedEnqueuesGoToTheMigrationQueue(t *testing.T) {
+	t.Parallel()
+	e := setupDivert(t, nil)
+	ctx := testCtx(t)
+	e.startMigration(true)
+
+	id, err := e.p.Enqueue(ctx, "jobs", "k", 1, nil)
+	if err != nil {
+		t.Fatalf("Enqueue while diverted: %v", err)
+	}
+	// A batch mixes a diverted queue and one that is not.
+	if _, err := e.p.EnqueueBatch(ctx, []BatchJob{
+		{Queue: "jobs", JobType: "k", Payload: 2},
+		{Queue: "other", JobType: "k", Payload: 3},
+		{Queue: "jobs", JobType: "k", Payload: 4},
+	}); err != nil {
+		t.Fatalf("EnqueueBatch while diverted: %v", err)
+	}
+	if got := e.counts(t, e.work, e.migration, e.other); got[0] != 0 || got[1] != 3 || got[2] != 1 {
+		t.Fatalf("work, migration, other queue hold %v, want [0 3 1]", got)
+	}
+	if d, ok := e.b.get(e.ch, e.migration); !ok || d.MessageId != id {
+		t.Errorf("first job in %s: %q, %v; want %s", e.migration, d.MessageId, ok, id)
+	}
+
+	// The migration is over: the divert queue goes, and once the last
+	// probe is older than DivertRecheck, jobs go to the work queue again.
+	if _, err := e.ch.QueueDelete(e.divert, false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(topology.DivertRecheck + 50*time.Millisecond)
+	if _, err := e.p.Enqueue(ctx, "jobs", "k", 5, nil); err != nil {
+		t.Fatalf("Enqueue after the migration: %v", err)
+	}
+	if _, err := e.p.EnqueueBatch(ctx, []BatchJob{{Queue: "jobs", JobType: "k", Payload: 6}}); err != nil {
+		t.Fatalf("EnqueueBatch after the migration: %v", err)
+	}
+	if got := e.counts(t, e.work, e.migration); got[0] != 2 || got[1] != 2 {
+		t.Errorf("work, migration queue hold %v after the divert queue went, want [2 2]", got)
+	}
+}
+
+// A probe's result serves every publish to its queue for DivertRecheck
+// from when the probe was sent, and publishes that need a result at the same
+// time share one probe.
+func TestIntegrationDivertProbesAreCached(t *testing.T) {
+	t.Parallel()
+	e := setupDivert(t, nil)
+	ctx := testCtx(t)
+	e.startMigration(true)
+
+	// maxProbes is how many probes n publishes that took elapsed may
+	// need: one per DivertRecheck begun. Probing on every publish (or
+	// every concurrent publish) needs n.
+	maxProbes := func(elapsed time.Duration) int64 { return 1 + int64(elapsed/topology.DivertRecheck) }
+	const n = 20
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	start := time.Now()
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = e.p.Enqueue(ctx, "jobs", "k", i, nil)
+		}()
+	}
+	wg.Wait()
+	concurrent := time.Since(start)
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	if got, most := e.p.probesSent.Load(), maxProbes(concurrent); got < 1 || got > most {
+		t.Errorf("%d concurrent enqueues in %v sent %d probes, want 1 to %d", n, concurrent, got, most)
+	}
+
+	time.Sleep(topology.DivertRecheck + 50*time.Millisecond)
+	before := e.p.probesSent.Load()
+	start = time.Now()
+	for i := range n {
+		if _, err := e.p.Enqueue(ctx, "jobs", "k", i, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sequential := time.Since(start)
+	if got, most := e.p.probesSent.Load()-before, maxProbes(sequential); got < 1 || got > most {
+		t.Errorf("%d enqueues one after another in %v sent %d probes, want 1 to %d", n, sequential, got, most)
+	}
+	t.Logf("%d concurrent enqueues took %v, %d sequential ones %v", n, concurrent, n, sequential)
+	if got := e.counts(t, e.work, e.migration); got[0] != 0 || got[1] != 2*n {
+		t.Errorf("work, migration queue hold %v, want [0 %d]", got, 2*n)
+	}
+}
+
+// Regression guard for a migration queue deleted by hand while the divert
+// queue exists: a diverted job would be returned as unroutable; it goes to
+// the work queue instead.
+func TestIntegrationDivertedWithoutMigrationQueueLandsInTheWorkQueue(t *testing.T) {
+	t.Parallel()
+	e := setupDivert(t, &ProducerOptions{UnroutableRetry: -1})
+	ctx := testCtx(t)
+	e.startMigration(false)
+
+	if _, err := e.p.Enqueue(ctx, "jobs", "k", 1, nil); err != nil {
+		t.Fatalf("Enqueue, diverted to a missing migration queue: %v", err)
+	}
+	if _, err := e.p.EnqueueBatch(ctx, []BatchJob{{Queue: "jobs", JobType: "k", Payload: 2}, {Queue: "jobs", JobType: "k", Payload: 3}}); err != nil {
+		t.Fatalf("EnqueueBatch, diverted to a missing migration queue: %v", err)
+	}
+	if n := e.b.count(e.ch, e.work); n != 3 {
+		t.Errorf("%s holds %d jobs, want 3", e.work, n)
+	}
+	if e.p.probesSent.Load() == 0 {
+		t.Error("no probe was sent: the jobs were never diverted")
+	}
+
+	// With the work queue gone too, the error names the queue asked for.
+	if _, err := e.ch.QueueDelete(e.work, false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.p.Enqueue(ctx, "jobs", "k", 4, nil)
+	if !errors.Is(err, ErrUnroutable) || !strings.Contains(err.Error(), `publish to "`+e.work+`"`) {
+		t.Errorf("Enqueue with neither queue = %v, want ErrUnroutable naming %s", err, e.work)
+	}
+}
+
+// A diverted publish that fails says where it was diverted to.
+func TestIntegrationDivertedErrorNamesBothQueues(t *testing.T) {
+	t.Parallel()
+	e := setupDivert(t, nil)
+	ctx := testCtx(t)
+	// A migration queue that refuses every message, as the divert queue
+	// does.
+	e.b.declare(e.migration, true, topology.DivertArgs())
+	e.b.declare(e.divert, topology.DivertDurable, topology.DivertArgs())
+
+	_, err := e.p.Enqueue(ctx, "jobs", "k", 1, nil)
+	want := `publish to "` + e.work + `" (diverted to "` + e.migration + `" while it is migrated)`
+	if !errors.Is(err, ErrNacked) || !strings.Contains(err.Error(), want) {
+		t.Errorf("Enqueue into a refusing migration queue = %v, want ErrNacked with %q", err, want)
+	}
+}
+
+// Hold queues and dead-letter queues are never migrated: publishes to them
+// go where they always went, without a probe.
+func TestIntegrationHeldAndDeadLetterPublishesAreNotProbed(t *testing.T) {
+	t.Parallel()
+	e := setupDivert(t, &ProducerOptions{DelayGranularity: 100 * time.Millisecond, DeferGranularity: 100 * time.Millisecond})
+	ctx := testCtx(t)
+	e.startMigration(true)
+
+	if _, err := e.p.EnqueueAfter(ctx, "jobs", "k", 1, 100*time.Millisecond, nil); err != nil {
+		t.Fatalf("EnqueueAfter while diverted: %v", err)
+	}
+	if _, err := e.p.Defer(ctx, "jobs", "k", 2, 100*time.Millisecond, nil); err != nil {
+		t.Fatalf("Defer while diverted: %v", err)
+	}
+	dead := topology.DeadName(e.work)
+	if err := e.p.publishRaw(ctx, dead, amqp.Publishing{MessageId: "dead-1", Body: []byte("{}")}); err != nil {
+		t.Fatalf("dead letter while diverted: %v", err)
+	}
+	if got := e.p.probesSent.Load(); got != 0 {
+		t.Errorf("held and dead-letter publishes sent %d probes, want 0", got)
+	}
+	// The hold queue returns both jobs to the work queue by name; the
+	// broker does that, and no producer diverts it.
+	eventually(t, 10*time.Second, 20*time.Millisecond, "the held jobs never left their hold queue", func() bool {
+		return e.b.count(e.ch, e.work) == 2
+	})
+	if got := e.counts(t, e.migration, dead); got[0] != 0 || got[1] != 1 {
+		t.Errorf("migration, dead-letter queue hold %v, want [0 1]", got)
+	}
+}
+
+// An undeclared producer does not know which queues are work queues, and
+// never probes.
+func TestIntegrationUndeclaredProducerDoesNotProbe(t *testing.T) {
+	t.Parallel()
+	b := newTestBroker(t)
+	ctx := testCtx(t)
+	work := b.name("jobs")
+	b.declare(work, true, map[string]any{})
+	b.declare(topology.MigrationName(work), true, topology.MigrationArgs())
+	b.declare(topology.DivertName(work), topology.DivertDurable, topology.DivertArgs())
+	p, err := NewUndeclaredProducer(ctx, b.url, b.prefix, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = p.Close() }()
+
+	if _, err := p.Enqueue(ctx, "jobs", "k", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.EnqueueBatch(ctx, []BatchJob{{Queue: "jobs", JobType: "k", Payload: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.probesSent.Load(); got != 0 {
+		t.Errorf("an undeclared producer sent %d probes, want 0", got)
+	}
+	ch := b.channel()
+	if n := b.count(ch, work); n != 2 {
+		t.Errorf("%s holds %d jobs, want 2", work, n)
+	}
+}
+
+// Probing shares the publish pool: with one channel, a publish that holds
+// it must not wait for another to probe.
+func TestIntegrationDivertWithOneChannel(t *testing.T) {
+	t.Parallel()
+	e := setupDivert(t, &ProducerOptions{Channels: 1})
+	ctx, cancel := context.WithTimeout(testCtx(t), 10*time.Second)
+	defer cancel()
+	e.startMigration(true)
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = e.p.Enqueue(ctx, "jobs", "k", i, nil)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.b.count(e.ch, e.migration); n != len(errs) {
+		t.Errorf("%s holds %d jobs, want %d", e.migration, n, len(errs))
+	}
+}
