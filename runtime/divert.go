@@ -93,7 +93,7 @@ func (p *Producer) route(ctx context.Context, pc *pubChannel, out []outgoing, pe
 		if failed {
 			kept := make([]int, 0, len(send))
 			for _, i := range send {
-				if out[i].rk != "" {
+				if out[i].divert == nil || out[i].rk != "" {
 					kept = append(kept, i)
 				}
 			}
@@ -132,7 +132,13 @@ func (p *Producer) divertResult(ctx context.Context, pc *pubChannel, c *divertCa
 		if round == maxProbeRounds {
 			return nil, fmt.Errorf("queuey: publish to %q: %d probes of its divert queue %q were answered more than %v after they were sent, too late to trust: is the broker overloaded?", c.work, maxProbeRounds, c.divert, topology.DivertRecheck)
 		}
-		if err := p.probes.do(ctx, c.work, func(ctx context.Context) error { return p.probe(ctx, pc, c) }); err != nil {
+		err := p.probes.do(ctx, c.work, func(ctx context.Context) error { return p.probe(ctx, pc, c) })
+		if err != nil && err == ctx.Err() {
+			// This publish's own context ended while it waited for
+			// another's probe.
+			return nil, fmt.Errorf("queuey: publish to %q: waiting for a probe of its divert queue %q: %w", c.work, c.divert, err)
+		}
+		if err != nil {
 			return nil, err
 		}
 	}
