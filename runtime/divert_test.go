@@ -1,0 +1,67 @@
+package queuey
+
+import (
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Within DivertRecheck of a probe, route decides from the cache alone: no
+// channel is needed (pc is nil here), and only direct publishes to a work
+// queue of the set are diverted.
+func TestRouteGoesByAFreshResultWithoutProbing(t *testing.T) {
+	t.Parallel()
+	set := QueueSet{Prefix: "p", Queues: []QueueConfig{{Name: "a"}, {Name: "b"}}}
+	p := newProducer(nil, false, &set, "p", nil)
+	p.diverts["p.a"].last.Store(&probeResult{sentAt: time.Now(), diverted: true})
+	p.diverts["p.b"].last.Store(&probeResult{sentAt: time.Now(), diverted: false})
+
+	var msg amqp.Publishing
+	out := []outgoing{
+		p.outgoingTo("p.a", msg),
+		p.outgoingTo("p.b", msg),
+		p.outgoingTo("p.a.dead", msg),
+		{key: "p.a.deferred.1000", msg: msg}, // as publishHeld builds it
+		p.outgoingTo("p.a", msg),
+	}
+	pending := []int{0, 1, 2, 3, 4}
+	errs := make([]error, len(out))
+	send, retry := p.route(t.Context(), nil, out, pending, errs)
+	if len(send) != len(out) || len(retry) != 0 {
+		t.Fatalf("send %v, retry %v, errs %v; want every message sent", send, retry, errs)
+	}
+	for i, want := range []string{"p.a.migrating", "p.b", "p.a.dead", "p.a.deferred.1000", "p.a.migrating"} {
+		if out[i].rk != want {
+			t.Errorf("message %d to %s: routing key %q, want %q", i, out[i].key, out[i].rk, want)
+		}
+	}
+	if got, want := out[0].target(), `"p.a" (diverted to "p.a.migrating" while it is migrated)`; got != want {
+		t.Errorf("target of a diverted message = %s, want %s", got, want)
+	}
+	if got, want := out[1].target(), `"p.b"`; got != want {
+		t.Errorf("target of a direct message = %s, want %s", got, want)
+	}
+	if n := p.probesSent.Load(); n != 0 {
+		t.Errorf("%d probes sent on fresh results", n)
+	}
+
+	undeclared := newProducer(nil, false, nil, "p", nil)
+	if o := undeclared.outgoingTo("p.a", msg); o.divert != nil {
+		t.Error("an undeclared producer diverts")
+	}
+}
+
+func TestProbeResultIsTrustedForDivertRecheckFromItsSending(t *testing.T) {
+	t.Parallel()
+	var none *probeResult
+	if none.fresh() {
+		t.Error("no result is fresh")
+	}
+	if !(&probeResult{sentAt: time.Now().Add(-200 * time.Millisecond)}).fresh() {
+		t.Error("a result sent 200 ms ago is stale")
+	}
+	if (&probeResult{sentAt: time.Now().Add(-250 * time.Millisecond)}).fresh() {
+		t.Error("a result sent 250 ms ago is fresh")
+	}
+}
