@@ -25,7 +25,7 @@ import (
 // queueModel is one element of the queues map.
 type queueModel struct {
 	MaxPriority   types.Int64  `tfsdk:"max_priority"`
-	MessageTTL    types.String `tfsdk:"message_ttl"`
+	MessageTTL    ttlValue     `tfsdk:"message_ttl"`
 	Durable       types.Bool   `tfsdk:"durable"`
 	Name          types.String `tfsdk:"name"`
 	DeadName      types.String `tfsdk:"dead_name"`
@@ -41,7 +41,7 @@ var argsType = types.MapType{ElemType: types.Int64Type}
 // queueObjectType is the object type of queueModel.
 var queueObjectType = types.ObjectType{AttrTypes: map[string]attr.Type{
 	"max_priority":   types.Int64Type,
-	"message_ttl":    types.StringType,
+	"message_ttl":    ttlType{},
 	"durable":        types.BoolType,
 	"name":           types.StringType,
 	"dead_name":      types.StringType,
@@ -195,11 +195,11 @@ func withComputed(prefix, name string, q queueModel) queueModel {
 }
 
 // fromBroker is what the broker says logical queue name is: the
-// configuration that would declare work and dead as they are. prior is the
-// queue's previous state, if any: a message_ttl written as "90s" stays
-// "90s" while the broker still has 90000 ms, rather than turning into the
-// canonical "1m30s". The second result lists what the model cannot show
-// (a string argument, a quorum queue), for a warning.
+// configuration that would declare work and dead as they are, message_ttl
+// in its canonical form ("1m30s"); the framework keeps a prior "90s" in its
+// place (see ttlValue). prior is the queue's previous state, if any. The
+// second result lists what the model cannot show (a string argument, a
+// quorum queue), for a warning.
 func fromBroker(name string, work, dead brokerQueue, prior *queueModel) (queueModel, []string) {
 	var problems []string
 	args, dropped := intArgs(work.Arguments)
@@ -226,14 +226,14 @@ func fromBroker(name string, work, dead brokerQueue, prior *queueModel) (queueMo
 		DeadName:      types.StringValue(dead.Name),
 		Arguments:     argsValue(args),
 		DeadArguments: argsValue(deadArgs),
-		MessageTTL:    types.StringNull(),
+		MessageTTL:    ttlNull(),
 	}
-	ttl, hasTTL := args[topology.ArgMessageTTL]
-	if hasTTL {
-		q.MessageTTL = types.StringValue(formatTTL(time.Duration(ttl) * time.Millisecond))
-	}
-	if prior != nil && !prior.MessageTTL.IsNull() && !prior.MessageTTL.IsUnknown() {
-		if d, err := parseTTL(prior.MessageTTL.ValueString()); err == nil && d.Milliseconds() == ttl {
+	if ttl, hasTTL := args[topology.ArgMessageTTL]; hasTTL {
+		q.MessageTTL = ttlString(formatTTL(time.Duration(ttl) * time.Millisecond))
+	} else if prior != nil && !prior.MessageTTL.IsNull() && !prior.MessageTTL.IsUnknown() {
+		// A prior "0s" declares no TTL, as leaving it out does. Semantic
+		// equality never compares a value with null, so keep it here.
+		if d, err := parseTTL(prior.MessageTTL.ValueString()); err == nil && d == 0 {
 			q.MessageTTL = prior.MessageTTL
 		}
 	}

@@ -94,9 +94,13 @@ func queueSetSchema() schema.Schema {
 								"`0` makes it a queue without priorities. At most %d. (default: `%d`)", topology.MaxPriorityLimit, topology.DefaultMaxPriority),
 						},
 						"message_ttl": schema.StringAttribute{
-							Optional: true,
+							Optional:   true,
+							CustomType: ttlType{},
 							MarkdownDescription: "`x-message-ttl` of the work queue, as a duration such as `\"90s\"`, `\"15m\"` or `\"24h\"` (whole milliseconds, " +
-								fmt.Sprintf("at most %d ms). Unset, messages do not expire. An import writes it as hours, minutes, seconds and milliseconds (`\"1m30s\"`).", topology.MaxMessageTTL),
+								fmt.Sprintf("at most %d ms). Unset, messages do not expire. ", topology.MaxMessageTTL) +
+								"The same duration written another way is no change: after `\"90s\"`, a configuration that says `\"1m30s\"` plans nothing, and the state keeps `\"90s\"`. " +
+								"An import writes it as hours, minutes, seconds and milliseconds (`\"1m30s\"`), which a configuration saying `\"90s\"` leaves as it is.",
+							PlanModifiers: []planmodifier.String{keepEquivalentTTL{}},
 						},
 						"durable": schema.BoolAttribute{
 							Optional:            true,
@@ -480,8 +484,9 @@ func (r *queueSetResource) Update(ctx context.Context, req resource.UpdateReques
 		}
 		ops[i].done()
 	}
-	// Queues that did not change take the plan's values, so that a
-	// message_ttl rewritten from "90s" to "1m30s" is recorded as written.
+	// Queues that did not change take the plan's values: Terraform wants
+	// the state an apply returns to match its plan, and a plan may write a
+	// queue another way without changing it (message_ttl "0s" for none).
 	for name, q := range after {
 		if _, ok := before[name]; ok {
 			_, changed := changes[name]

@@ -10,10 +10,13 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
 	"github.com/hashicorp/terraform-plugin-testing/plancheck"
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
+	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
 
 	"github.com/queuey/terraform-provider-queuey/runtime/topology"
 )
@@ -93,16 +96,23 @@ func TestAccQueueSet_create(t *testing.T) {
 				dead(p, "urgent"):  {true, map[string]any{}},
 			}),
 		}, {
-			// The same TTL written another way changes no queue: a
-			// message in reports is still there.
+			// The same TTL written another way changes no queue, not even
+			// the text in state: only force_destroy changes, and a message
+			// in reports is still there.
 			PreConfig: func() { b.publish(work(p, "reports"), 1) },
 			Config: b.providerBlock("") + setConfig(p, true, `
     emails  = {}
     reports = { max_priority = 0, message_ttl = "120s" }
     urgent  = { max_priority = 255, message_ttl = "1440m" }`),
+			ConfigPlanChecks: resource.ConfigPlanChecks{
+				PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction(addr, plancheck.ResourceActionUpdate),
+					expectChangedQueues(addr),
+				},
+			},
 			Check: resource.ComposeAggregateTestCheckFunc(
-				resource.TestCheckResourceAttr(addr, "queues.reports.message_ttl", "120s"),
-				resource.TestCheckResourceAttr(addr, "queues.urgent.message_ttl", "1440m"),
+				resource.TestCheckResourceAttr(addr, "queues.reports.message_ttl", "2m"),
+				resource.TestCheckResourceAttr(addr, "queues.urgent.message_ttl", "24h"),
 				b.checkCount(work(p, "reports"), 1),
 			),
 		}},
@@ -408,6 +418,136 @@ func withHold(want map[string]wantQueue, p string) map[string]wantQueue {
 	return out
 }
 
+// ttlPath is the path of a queue's message_ttl in plan and state.
+func ttlPath(queue string) tfjsonpath.Path {
+	return tfjsonpath.New("queues").AtMapKey(queue).AtMapKey("message_ttl")
+}
+
+// TestAccQueueSet_importedMessageTTLPlansNoChange pins a bug: an import
+// writes message_ttl as "1m30s", and a configuration saying "90s" then
+// planned an update from "1m30s" to "90s" that changed nothing.
+func TestAccQueueSet_importedMessageTTLPlansNoChange(t *testing.T) {
+	b := newTestBroker(t)
+	p := b.uniquePrefix("ttlimport")
+	cfg := b.providerBlock("") + setConfig(p, false, `a = { message_ttl = "90s" }`)
+	warnings := &planWarnings{}
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: warnings.providers(),
+		CheckDestroy:             b.checkDestroyed(p),
+		Steps: []resource.TestStep{{
+			// The set exists before Terraform knows it, as when an
+			// application declared it at start-up. An import block plans
+			// no change (the test fails on any other action).
+			PreConfig: func() {
+				tq := topology.Queue{Name: "a", MaxPriority: topology.DefaultMaxPriority, MessageTTL: 90 * time.Second, Durable: true}
+				if _, err := b.mgmt.DeclareQueue("/", work(p, "a"), rabbitQueue(true, topology.WorkArgs(tq))); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := b.mgmt.DeclareQueue("/", dead(p, "a"), rabbitQueue(topology.DeadDurable, topology.DeadArgs())); err != nil {
+					t.Fatal(err)
+				}
+			},
+			Config:          cfg,
+			ResourceName:    addr,
+			ImportState:     true,
+			ImportStateKind: resource.ImportBlockWithID,
+			ImportStateId:   p + "@/",
+			ImportPlanChecks: resource.ImportPlanChecks{
+				PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectKnownValue(addr, ttlPath("a"), knownvalue.StringExact("1m30s")),
+				},
+			},
+		}, {
+			// terraform import, kept as the state of the steps below.
+			Config:             cfg,
+			ResourceName:       addr,
+			ImportState:        true,
+			ImportStateId:      p + "@/",
+			ImportStatePersist: true,
+			ImportStateCheck: func(states []*terraform.InstanceState) error {
+				if len(states) != 1 {
+					return fmt.Errorf("imported %d resources, want 1", len(states))
+				}
+				if got := states[0].Attributes["queues.a.message_ttl"]; got != "1m30s" {
+					return fmt.Errorf("imported message_ttl = %q, want the canonical 1m30s", got)
+				}
+				return nil
+			},
+		}, {
+			PreConfig: warnings.reset,
+			Config:    cfg,
+			ConfigPlanChecks: resource.ConfigPlanChecks{
+				PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()},
+			},
+			Check: resource.ComposeAggregateTestCheckFunc(
+				resource.TestCheckResourceAttr(addr, "queues.a.message_ttl", "1m30s"),
+				warnings.none(),
+			),
+		}},
+	})
+}
+
+// TestAccQueueSet_messageTTLSpelling shows that message_ttl is a duration,
+// not text: written another way it changes nothing, neither the queue nor
+// the state, while another duration replaces the queue.
+func TestAccQueueSet_messageTTLSpelling(t *testing.T) {
+	b := newTestBroker(t)
+	p := b.uniquePrefix("ttltext")
+	cfg := func(ttl string) string {
+		return b.providerBlock("") + setConfig(p, false, fmt.Sprintf(`a = { message_ttl = %q }`+"\n"+`b = {}`, ttl))
+	}
+	want := func(ttl int64) map[string]wantQueue {
+		return map[string]wantQueue{
+			work(p, "a"): {true, map[string]any{topology.ArgMaxPriority: int64(10), topology.ArgMessageTTL: ttl}},
+			dead(p, "a"): {true, map[string]any{}},
+			work(p, "b"): {true, map[string]any{topology.ArgMaxPriority: int64(10)}},
+			dead(p, "b"): {true, map[string]any{}},
+		}
+	}
+	warnings := &planWarnings{}
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: warnings.providers(),
+		CheckDestroy:             b.checkDestroyed(p),
+		Steps: []resource.TestStep{{
+			Config: cfg("90s"),
+			Check:  resource.TestCheckResourceAttr(addr, "queues.a.message_ttl", "90s"),
+		}, {
+			// Read finds 90000 ms on the broker, "1m30s", and keeps "90s".
+			RefreshState: true,
+			Check:        resource.TestCheckResourceAttr(addr, "queues.a.message_ttl", "90s"),
+		}, {
+			// "90s" -> "1m30s": no change at all, no migration warning.
+			PreConfig: warnings.reset,
+			Config:    cfg("1m30s"),
+			ConfigPlanChecks: resource.ConfigPlanChecks{
+				PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()},
+			},
+			Check: resource.ComposeAggregateTestCheckFunc(
+				resource.TestCheckResourceAttr(addr, "queues.a.message_ttl", "90s"),
+				b.checkQueues(p, want(90000)),
+				warnings.none(),
+			),
+		}, {
+			// "90s" -> "91s" is another duration: a is replaced, and the
+			// plan says so.
+			PreConfig: warnings.reset,
+			Config:    cfg("91s"),
+			ConfigPlanChecks: resource.ConfigPlanChecks{
+				PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction(addr, plancheck.ResourceActionUpdate),
+					expectChangedQueues(addr, "a"),
+					plancheck.ExpectKnownValue(addr, ttlPath("a"), knownvalue.StringExact("91s")),
+				},
+			},
+			Check: resource.ComposeAggregateTestCheckFunc(
+				resource.TestCheckResourceAttr(addr, "queues.a.message_ttl", "91s"),
+				b.checkQueues(p, want(91000)),
+				warnings.check("a", regexp.MustCompile(`x-message-ttl 90000 → 91000`)),
+			),
+		}},
+	})
+}
+
 func TestAccQueueSet_destroyWithDeadLetters(t *testing.T) {
 	b := newTestBroker(t)
 	p := b.uniquePrefix("destroy")
@@ -583,22 +723,18 @@ func TestAccQueueSet_example(t *testing.T) {
 				resource.TestCheckOutput("emails_queue", work(p, "emails")),
 			),
 		}, {
-			// The documented import id form. The example writes "90s",
-			// which an import reads back in its canonical form, as the
-			// docs say; everything else round-trips.
-			ResourceName:            "queuey_queue_set.example",
-			ImportState:             true,
-			ImportStateId:           p + "@/",
-			ImportStateVerify:       true,
-			ImportStateVerifyIgnore: []string{"queues.webhooks.message_ttl"},
-			ImportStateCheck: func(states []*terraform.InstanceState) error {
-				if len(states) != 1 {
-					return fmt.Errorf("imported %d resources, want 1", len(states))
-				}
-				if got := states[0].Attributes["queues.webhooks.message_ttl"]; got != "1m30s" {
-					return fmt.Errorf("imported message_ttl = %q, want the canonical 1m30s", got)
-				}
-				return nil
+			// The documented import id form, in an import block beside the
+			// example: the import plans no change. The example writes
+			// "90s", which the import reads as the canonical "1m30s", as
+			// the docs say, and the plan keeps.
+			ResourceName:    "queuey_queue_set.example",
+			ImportState:     true,
+			ImportStateKind: resource.ImportBlockWithID,
+			ImportStateId:   p + "@/",
+			ImportPlanChecks: resource.ImportPlanChecks{
+				PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectKnownValue("queuey_queue_set.example", ttlPath("webhooks"), knownvalue.StringExact("1m30s")),
+				},
 			},
 		}},
 	})

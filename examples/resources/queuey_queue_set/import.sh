@@ -6,6 +6,5 @@
 # "<prefix>.<name>.dead" exists too, and ignores hold queues
 # ("<prefix>.<name>.deferred.<ms>"). It writes message_ttl as hours,
 # minutes, seconds and milliseconds ("1m30s"); a configuration that says
-# "90s" plans a change of that text alone, which the apply carries out
-# without touching the broker.
+# "90s", the same duration, plans no change, and the state keeps "1m30s".
 terraform import queuey_queue_set.example 'myapp@/'
