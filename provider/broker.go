@@ -1,6 +1,7 @@
 package provider
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -13,6 +14,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"syscall"
 
 	rabbithole "github.com/michaelklishin/rabbit-hole/v2"
 )
@@ -27,7 +29,10 @@ const declareWorkers = 8
 type broker struct {
 	endpoint string
 	username string
-	client   *rabbithole.Client
+	// clientCert says whether the transport presents a client certificate,
+	// which changes what a refused TLS handshake asks the user to do.
+	clientCert bool
+	client     *rabbithole.Client
 }
 
 // brokerQueue is one queue as the management API lists it.
@@ -46,12 +51,56 @@ type brokerQueue struct {
 	Messages int64
 }
 
+// newBroker builds the broker behind endpoint. transport nil means
+// http.DefaultTransport.
 func newBroker(endpoint, username, password string, transport http.RoundTripper) (*broker, error) {
-	c, err := newRabbitClient(endpoint, username, password, transport)
+	if transport == nil {
+		transport = http.DefaultTransport
+	}
+	clientCert := false
+	if t, ok := transport.(*http.Transport); ok && t.TLSClientConfig != nil {
+		clientCert = len(t.TLSClientConfig.Certificates) > 0
+	}
+	c, err := newRabbitClient(endpoint, username, password, plainHTTPCheck{next: transport})
 	if err != nil {
 		return nil, err
 	}
-	return &broker{endpoint: strings.TrimRight(endpoint, "/"), username: username, client: c}, nil
+	return &broker{endpoint: strings.TrimRight(endpoint, "/"), username: username, clientCert: clientCert, client: c}, nil
+}
+
+// errPlainHTTPToTLS marks a plain HTTP request that the server refused
+// because the port expects TLS.
+var errPlainHTTPToTLS = errors.New("the server expects TLS on this port")
+
+// plainHTTPCheck wraps the management API client's transport to recognise
+// the 400 answer an HTTPS server (Go's, nginx's) gives a plain HTTP
+// request, and return errPlainHTTPToTLS instead: the client library reads
+// the body of an error as JSON and drops it, and the body's text is the
+// only sign of what went wrong. RabbitMQ's own TLS listener answers with a
+// TLS alert instead, which brokerDiagnostic recognises in the error.
+type plainHTTPCheck struct {
+	next http.RoundTripper
+}
+
+func (t plainHTTPCheck) RoundTrip(req *http.Request) (*http.Response, error) {
+	res, err := t.next.RoundTrip(req)
+	if err != nil || req.URL.Scheme != "http" || res.StatusCode != http.StatusBadRequest || res.Body == nil {
+		return res, err
+	}
+	head := make([]byte, 256)
+	n, _ := io.ReadFull(res.Body, head)
+	head = head[:n]
+	for _, says := range []string{"HTTP request to an HTTPS server", "plain HTTP request was sent to HTTPS port"} {
+		if bytes.Contains(head, []byte(says)) {
+			drain(res)
+			return nil, fmt.Errorf("%w (it answered %s: %q)", errPlainHTTPToTLS, res.Status, strings.TrimSpace(string(head)))
+		}
+	}
+	res.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(head), res.Body), res.Body}
+	return res, nil
 }
 
 // errVhostNotFound is returned by listQueues for a virtual host that does
@@ -193,32 +242,141 @@ func runAll(ctx context.Context, workers int, tasks []func() error) []error {
 // summary and detail. attempted says what the provider was doing, in words a
 // Terraform user knows ("list the queues of virtual host \"/\"").
 func (b *broker) brokerDiagnostic(summary, attempted string, err error) (string, string) {
+	tried := fmt.Sprintf("The provider tried to %s through the management API at %s", attempted, b.endpoint)
 	var resp rabbithole.ErrorResponse
 	var netErr net.Error
 	var urlErr *url.Error
 	var certErr *tls.CertificateVerificationError
 	var authErr x509.UnknownAuthorityError
 	var hostErr x509.HostnameError
+	alert, alerted := remoteTLSAlert(err)
 	switch {
 	case errors.As(err, &certErr) || errors.As(err, &authErr) || errors.As(err, &hostErr):
 		return "Cannot Verify RabbitMQ's Certificate",
-			fmt.Sprintf("The provider tried to %s through the management API at %s, and the server's TLS certificate did not verify. "+
+			fmt.Sprintf("%s, and the server's TLS certificate did not verify. "+
 				"Set ca_file (or QUEUEY_CA_FILE) to the certificate authority that signed it, or, for testing only, insecure = true.\n\n%s",
-				attempted, b.endpoint, err)
+				tried, err)
+	case errors.Is(err, errPlainHTTPToTLS) || answeredWith(err, `\x15\x03`, `\x16\x03`):
+		return "RabbitMQ Endpoint Expects HTTPS",
+			fmt.Sprintf("%s, and the server answered in TLS: the endpoint uses http:// but the port speaks TLS. "+
+				"Write endpoint (or QUEUEY_ENDPOINT) with https://, such as %s, and set ca_file unless an authority the system trusts signed the broker's certificate.\n\n%s",
+				tried, "https://"+strings.TrimPrefix(b.endpoint, "http://"), err)
+	case strings.Contains(err.Error(), "server gave HTTP response to HTTPS client"):
+		return "RabbitMQ Endpoint Does Not Speak HTTPS",
+			fmt.Sprintf("%s, and the server answered in plain HTTP: the endpoint uses https:// but the port does not speak TLS. "+
+				"Write endpoint (or QUEUEY_ENDPOINT) with http://, such as %s, or point it at the broker's HTTPS listener (management.ssl.port, 15671 by default).\n\n%s",
+				tried, "http://"+strings.TrimPrefix(b.endpoint, "https://"), err)
+	case answeredWith(err, "AMQP"):
+		return "RabbitMQ Endpoint Is The AMQP Port",
+			fmt.Sprintf("%s, and the server answered in AMQP: the endpoint points at the broker's AMQP listener, not at its management API. "+
+				"Point endpoint (or QUEUEY_ENDPOINT) at the management API, port 15672 by default (15671 over HTTPS); the AMQP address belongs in amqp_url.\n\n%s",
+				tried, err)
+	case alerted && clientCertAlerts[alert]:
+		return "RabbitMQ Refused The Client Certificate", fmt.Sprintf("%s, and the server ended the TLS handshake with %q. %s%s\n\n%s",
+			tried, alert, b.clientCertAdvice(), handshakeFailureAdvice(alert), err)
+	case alerted:
+		return "RabbitMQ Refused The TLS Connection",
+			fmt.Sprintf("%s, and the server ended the TLS handshake with %q. "+
+				"Check that the broker's management.ssl settings (versions, ciphers) accept a client that speaks TLS 1.2 or 1.3.\n\n%s",
+				tried, alert, err)
+	case strings.HasPrefix(b.endpoint, "https://") && closedAfterDial(err):
+		// Under TLS 1.3 the client's handshake is over before the server
+		// checks the client's certificate, so a refusal may reach the
+		// client as a closed connection rather than as an alert.
+		return "RabbitMQ Closed The TLS Connection",
+			fmt.Sprintf("%s, and the server closed the connection without an answer. "+
+				"A broker that requires a client certificate does this when it refuses one or finds none. %s "+
+				"If instead the broker was restarting, apply again.\n\n%s",
+				tried, b.clientCertAdvice(), err)
 	case strings.Contains(err.Error(), "401 Unauthorized"):
 		return "RabbitMQ Refused The Credentials",
-			fmt.Sprintf("The provider tried to %s through the management API at %s as user %q, and RabbitMQ rejected the username or password. "+
+			fmt.Sprintf("%s as user %q, and RabbitMQ rejected the username or password. "+
 				"Check username and password in the provider configuration (or QUEUEY_USERNAME and QUEUEY_PASSWORD); the user also needs the management tag.\n\n%s",
-				attempted, b.endpoint, b.username, err)
+				tried, b.username, err)
 	case errors.As(err, &resp) && resp.StatusCode == http.StatusForbidden:
 		return "RabbitMQ Denied Access",
-			fmt.Sprintf("The provider tried to %s through the management API at %s as user %q, and RabbitMQ denied it. "+
-				"Grant the user configure, write and read permissions on the virtual host.\n\n%s", attempted, b.endpoint, b.username, err)
+			fmt.Sprintf("%s as user %q, and RabbitMQ denied it. "+
+				"Grant the user configure, write and read permissions on the virtual host.\n\n%s", tried, b.username, err)
 	case errors.As(err, &netErr) || errors.As(err, &urlErr):
 		return "Cannot Reach RabbitMQ",
-			fmt.Sprintf("The provider tried to %s through the management API at %s and got no answer. "+
+			fmt.Sprintf("%s and got no answer. "+
 				"Check that RabbitMQ is running with the management plugin enabled (rabbitmq-plugins enable rabbitmq_management) "+
-				"and that endpoint in the provider configuration (or QUEUEY_ENDPOINT) points at it.\n\n%s", attempted, b.endpoint, err)
+				"and that endpoint in the provider configuration (or QUEUEY_ENDPOINT) points at it.\n\n%s", tried, err)
 	}
-	return summary, fmt.Sprintf("The provider tried to %s through the management API at %s, and it failed.\n\n%s", attempted, b.endpoint, err)
+	return summary, fmt.Sprintf("%s, and it failed.\n\n%s", tried, err)
+}
+
+// clientCertAlerts are the TLS alerts, as crypto/tls names them, with which
+// a server refuses a client certificate or the lack of one. A handshake
+// failure is what RabbitMQ sends under TLS 1.2 for a missing certificate;
+// it can also mean that the two sides share no cipher suite.
+var clientCertAlerts = map[string]bool{
+	"tls: certificate required":          true,
+	"tls: bad certificate":               true,
+	"tls: unsupported certificate":       true,
+	"tls: revoked certificate":           true,
+	"tls: expired certificate":           true,
+	"tls: unknown certificate":           true,
+	"tls: unknown certificate authority": true,
+	"tls: access denied":                 true,
+	"tls: handshake failure":             true,
+}
+
+// clientCertAdvice says what to check when the broker refused the client
+// certificate, or its absence.
+func (b *broker) clientCertAdvice() string {
+	if !b.clientCert {
+		return "The provider presented no client certificate, since none is configured. " +
+			"If the broker requires one, set client_cert_file and client_key_file (or QUEUEY_CLIENT_CERT_FILE and QUEUEY_CLIENT_KEY_FILE) to a certificate and key signed by an authority the broker trusts (its management.ssl.cacertfile); " +
+			"if it should not, check its management.ssl.verify and management.ssl.fail_if_no_peer_cert."
+	}
+	return "The provider presents the certificate in client_cert_file only when an authority the broker names (its management.ssl.cacertfile) signed it, so the broker may have refused it or not got it. " +
+		"Check that client_cert_file and client_key_file (or QUEUEY_CLIENT_CERT_FILE and QUEUEY_CLIENT_KEY_FILE) hold a certificate and its key, signed by such an authority, current, and made for client authentication; " +
+		"and check the broker's management.ssl.verify and management.ssl.fail_if_no_peer_cert."
+}
+
+func handshakeFailureAdvice(alert string) string {
+	if alert != "tls: handshake failure" {
+		return ""
+	}
+	return " A handshake failure can also mean that the two sides share no TLS version or cipher suite: check the broker's management.ssl.versions and management.ssl.ciphers."
+}
+
+// remoteTLSAlert returns the alert with which the server ended a TLS
+// connection, as crypto/tls writes it ("tls: certificate required").
+// crypto/tls does not export the alert type; the error that carries it is
+// a *net.OpError whose Op is "remote error".
+func remoteTLSAlert(err error) (string, bool) {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "remote error" && op.Err != nil {
+		return op.Err.Error(), true
+	}
+	return "", false
+}
+
+// answeredWith reports whether the server answered an HTTP request with
+// bytes that are not HTTP and begin with one of prefixes, as net/http
+// quotes them: "\x15\x03" is a TLS alert record, which RabbitMQ's TLS
+// listener sends to a plain HTTP request, "\x16\x03" a TLS handshake
+// record, "AMQP" the protocol header of an AMQP listener.
+func answeredWith(err error, prefixes ...string) bool {
+	msg := err.Error()
+	for _, p := range prefixes {
+		if strings.Contains(msg, `malformed HTTP response "`+p) {
+			return true
+		}
+	}
+	return false
+}
+
+// closedAfterDial reports whether the server closed a connection it had
+// accepted before answering: a reset, a broken pipe or an end of file, not
+// a failed dial or a timeout.
+func closedAfterDial(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return false
+	}
+	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }

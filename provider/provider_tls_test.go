@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -73,9 +74,18 @@ provider "queuey" {
 			Config:   provider(server.URL, "insecure = true") + set,
 			PlanOnly: true,
 		}, {
+			// The proxy refuses the connection for want of a client
+			// certificate, and the diagnostic says so (it used to blame
+			// reachability). Under TLS 1.3 the refusal may arrive as a
+			// closed connection rather than as the alert.
 			Config:      provider(mutual.URL, fmt.Sprintf("ca_file = %q", caFile)) + set,
 			PlanOnly:    true,
-			ExpectError: regexp.MustCompile(`Cannot Reach RabbitMQ`),
+			ExpectError: regexp.MustCompile(`(?s)RabbitMQ (Refused The Client Certificate|Closed The TLS Connection).*client_cert_file\s+and\s+client_key_file`),
+		}, {
+			// Plain http:// to the HTTPS proxy.
+			Config:      provider("http://"+strings.TrimPrefix(server.URL, "https://"), "") + set,
+			PlanOnly:    true,
+			ExpectError: regexp.MustCompile(`(?s)RabbitMQ Endpoint Expects HTTPS.*https://`),
 		}, {
 			Config: provider(mutual.URL, fmt.Sprintf("ca_file = %q\n client_cert_file = %q\n client_key_file = %q", caFile, certFile, keyFile)) + set,
 			// The same server certificate serves both proxies.
