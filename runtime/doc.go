@@ -19,10 +19,13 @@
 // A hold queue has x-message-ttl equal to its delay, dead-letters into the
 // work queue when a message expires, and deletes itself after twice its TTL
 // unused. It is declared again before every delayed publish, because the
-// declaration is what renews x-expires. Delays therefore need no broker
-// plugin. They are rounded up to a granularity (1 s by default) so that a
-// spread of delays shares a bounded number of hold queues, and a delay above
-// 24d 20h 31m 23s is refused rather than released early.
+// declaration is what renews x-expires (a publish into it does not), and
+// once more after a publish that took longer than the TTL to be confirmed,
+// since the queue could otherwise expire with the job in it; if even that
+// renewal comes too late, the job is sent again. Delays therefore need no
+// broker plugin. They are rounded up to a granularity (1 s by default) so
+// that a spread of delays shares a bounded number of hold queues, and a
+// delay above 24d 20h 31m 23s is refused rather than released early.
 //
 // # Priorities
 //

@@ -64,6 +64,12 @@ type Producer struct {
 	probes flights
 	// probesSent counts the probes sent; read by tests.
 	probesSent atomic.Int64
+	// heldRenewals counts the hold queues declared again after a held
+	// publish, and heldResends the held jobs sent again because their hold
+	// queue may have expired with them (see publishHeld); read by tests.
+	heldRenewals, heldResends atomic.Int64
+	// hooks are set by tests only, before the producer publishes.
+	hooks producerHooks
 
 	mu       sync.RWMutex
 	closed   bool
@@ -176,6 +182,17 @@ func newProducer(c *conn, ownConn bool, set *QueueSet, prefix string, opts *Prod
 	return p
 }
 
+// producerHooks let tests stall a publish at points where the broker's
+// timing matters. Each runs, when set, in the publishing goroutine.
+type producerHooks struct {
+	// heldDeclared runs after a held publish's hold queue was declared,
+	// before the job is sent.
+	heldDeclared func()
+	// renewing runs before a hold queue is renewed after a held publish
+	// that took longer than its TTL.
+	renewing func()
+}
+
 func (o ProducerOptions) validate() error {
 	for _, g := range []struct {
 		name string
@@ -216,6 +233,15 @@ func (p *Producer) Enqueue(ctx context.Context, queue, jobType string, payload a
 // can carry (24d 20h 31m 23s) is refused with ErrDelayTooLong, never
 // shortened, and nothing is published. The queue must be one this producer
 // declared, else ErrUnknownQueue.
+//
+// A hold queue deletes itself, with what it holds, twice its TTL after it
+// was last declared, and a publish into it does not count. So when the
+// broker confirms the job later than one delay step after the hold queue's
+// declaration (a stall: flow control, an overloaded broker), EnqueueAfter
+// declares the queue again before it returns, and if even that comes
+// after the queue may have expired, it sends the job again: the job may
+// then be enqueued twice, never lost. If it cannot be sure, it returns an
+// error that says the job may or may not have been enqueued.
 func (p *Producer) EnqueueAfter(ctx context.Context, queue, jobType string, payload any, delay time.Duration, opts *EnqueueOptions) (string, error) {
 	return p.enqueueHeld(ctx, queue, jobType, payload, delay, p.opts.DelayGranularity, false, opts)
 }

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -182,6 +183,139 @@ func TestIntegrationHoldQueueIsRedeclaredBeforeEveryPublish(t *testing.T) {
 	})
 	eventually(t, 10*time.Second, 100*time.Millisecond, "the idle hold queue "+hold+" still exists", func() bool {
 		return b.queue(hold) == nil
+	})
+}
+
+// heldStall is a held publish stalled by the producer's test hooks: the
+// first declaration of its hold queue is followed by declaredStall before
+// the job is sent, and the first renewal is preceded by renewalStall. With
+// staleFlight, the first renewal finds a declaration of the hold queue in
+// flight that began an hour ago, and ends 10 ms later without having done
+// anything.
+type heldStall struct {
+	declaredStall, renewalStall time.Duration
+	staleFlight                 bool
+}
+
+// enqueueStalled sends one job through a hold queue of 500 ms (x-expires
+// 1 s) with stall's delays, waits until the hold queue has expired, so
+// that no copy of the job can still be on its way, and returns the
+// producer and how many copies reached the work queue.
+func enqueueStalled(t *testing.T, stall heldStall) (*Producer, int) {
+	t.Helper()
+	b := newTestBroker(t)
+	p := newTestProducer(t, b, []QueueConfig{{Name: "jobs"}}, &ProducerOptions{DelayGranularity: 500 * time.Millisecond})
+	var declarations, renewals atomic.Int32
+	p.hooks.heldDeclared = func() {
+		if declarations.Add(1) == 1 {
+			time.Sleep(stall.declaredStall)
+		}
+	}
+	work := b.name("jobs")
+	hold := work + ".deferred.500"
+	p.hooks.renewing = func() {
+		if renewals.Add(1) != 1 {
+			return
+		}
+		time.Sleep(stall.renewalStall)
+		if stall.staleFlight {
+			f := &flight{done: make(chan struct{}), started: time.Now().Add(-time.Hour)}
+			p.flights.mu.Lock()
+			if p.flights.m == nil {
+				p.flights.m = map[string]*flight{}
+			}
+			p.flights.m[hold] = f
+			p.flights.mu.Unlock()
+			time.AfterFunc(10*time.Millisecond, func() {
+				p.flights.mu.Lock()
+				delete(p.flights.m, hold)
+				p.flights.mu.Unlock()
+				close(f.done)
+			})
+		}
+	}
+	start := time.Now()
+	if _, err := p.EnqueueAfter(testCtx(t), "jobs", "t", 1, 500*time.Millisecond, nil); err != nil {
+		t.Fatalf("EnqueueAfter: %v", err)
+	}
+	t.Logf("EnqueueAfter returned after %v", time.Since(start).Round(time.Millisecond))
+	eventually(t, 15*time.Second, 50*time.Millisecond, "the hold queue "+hold+" never expired", func() bool {
+		return b.queue(hold) == nil
+	})
+	ch := b.channel()
+	return p, b.count(ch, work)
+}
+
+// Regression: a hold queue expires 2*TTL after its declaration, and an
+// expiring queue deletes the messages in it. A job that reached the queue
+// more than one TTL after the declaration (here 700 ms into a 500 ms TTL:
+// the queue expires at 1 s, the job would leave at 1.2 s) was confirmed
+// and then deleted with the queue. The producer now renews the queue.
+func TestIntegrationHeldJobStalledPastTheTTLRenewsItsHoldQueue(t *testing.T) {
+	t.Parallel()
+	p, n := enqueueStalled(t, heldStall{declaredStall: 700 * time.Millisecond})
+	if n != 1 {
+		t.Errorf("%d copies of the job reached the work queue, want 1", n)
+	}
+	if r, s := p.heldRenewals.Load(), p.heldResends.Load(); r != 1 || s != 0 {
+		t.Errorf("%d renewals, %d resends; want 1 renewal in time and no resend", r, s)
+	}
+}
+
+// A renewal that shares a declaration begun before the job arrived, more
+// than a TTL before its confirm, may renew the queue too early to outlast
+// the job: it declares the queue once more.
+func TestIntegrationHeldJobRenewalDoesNotTrustAnOlderDeclaration(t *testing.T) {
+	t.Parallel()
+	p, n := enqueueStalled(t, heldStall{declaredStall: 700 * time.Millisecond, staleFlight: true})
+	if n != 1 {
+		t.Errorf("%d copies of the job reached the work queue, want 1", n)
+	}
+	if r, s := p.heldRenewals.Load(), p.heldResends.Load(); r != 1 || s != 0 {
+		t.Errorf("%d renewals, %d resends; want 1 renewal in time and no resend", r, s)
+	}
+}
+
+// When even the renewal comes later than 2*TTL after the declaration, the
+// queue may have expired with the job in it (here it did: it expired at
+// 1 s, and the renewal came at 1.1 s): the job is sent again.
+func TestIntegrationHeldJobWhoseRenewalCameTooLateIsSentAgain(t *testing.T) {
+	t.Parallel()
+	p, n := enqueueStalled(t, heldStall{declaredStall: 700 * time.Millisecond, renewalStall: 400 * time.Millisecond})
+	if n < 1 {
+		t.Errorf("the job never reached the work queue: lost with its hold queue")
+	}
+	t.Logf("%d copies of the job reached the work queue (%d duplicates)", n, max(n-1, 0))
+	if r, s := p.heldRenewals.Load(), p.heldResends.Load(); r != 1 || s != 1 {
+		t.Errorf("%d renewals, %d resends; want 1 of each", r, s)
+	}
+}
+
+// The renewal is for stalls only: held publishes confirmed within their
+// TTL of the declaration renew nothing and send nothing twice.
+func TestIntegrationHeldPublishesInTimeDoNotRenew(t *testing.T) {
+	t.Parallel()
+	b := newTestBroker(t)
+	p := newTestProducer(t, b, []QueueConfig{{Name: "jobs"}}, &ProducerOptions{DelayGranularity: 500 * time.Millisecond})
+	ctx := testCtx(t)
+	const goroutines, each = 4, 10
+	var wg sync.WaitGroup
+	for range goroutines {
+		wg.Go(func() {
+			for i := range each {
+				if _, err := p.EnqueueAfter(ctx, "jobs", "t", i, 100*time.Millisecond, nil); err != nil {
+					t.Errorf("EnqueueAfter: %v", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if r, s := p.heldRenewals.Load(), p.heldResends.Load(); r != 0 || s != 0 {
+		t.Errorf("%d renewals, %d resends; want none", r, s)
+	}
+	ch := b.channel()
+	eventually(t, 10*time.Second, 20*time.Millisecond, "not every delayed job arrived", func() bool {
+		return b.count(ch, b.name("jobs")) == goroutines*each
 	})
 }
 

@@ -9,7 +9,9 @@ package queuey
 //	    Publishes env as built by newPublishing. holdTTLms == 0 sends it
 //	    straight to env.Queue (a broker name); holdTTLms > 0 declares the
 //	    hold queue env.Queue + ".deferred." + holdTTLms and sends it there, to
-//	    come back to env.Queue when the TTL runs out. A held publish needs
+//	    come back to env.Queue when the TTL runs out, renewing the hold
+//	    queue or sending the message again when the publish took longer
+//	    than the TTL (see publishHeld). A held publish needs
 //	    env.Queue to be a work queue of this producer's set, else
 //	    ErrUnknownQueue. The caller sets Attempt, Deferrals and Priority.
 //	(*Producer).publishEnvelopeWith(ctx, env, holdTTLms, headers amqp.Table) error
@@ -221,13 +223,104 @@ func unknownQueue(work string) error {
 // publishHeld publishes msg into the hold queue of work for ttlMs,
 // declaring the hold queue immediately before every try: a message sent
 // again after a reconnect may find the queue expired meanwhile.
+//
+// A confirm is not enough. The hold queue expires 2*ttl after its last
+// declaration (x-expires), and a publish into it does not count as use: a
+// message that reaches it more than ttl after the declaration (a stall
+// between declaring and publishing, or in the broker: flow control, a
+// wait for a channel, a slow confirm) can see the queue expire before the
+// message's own TTL sends it on, and an expiring queue deletes its
+// messages. Let d be when the declaration this try used started (for one
+// it shared, when that one started, which may be before this publish
+// joined it: the broker processed it at or after d), and c when the
+// confirm arrived (the message had reached the queue by then):
+//
+//   - c-d <= ttl: the message leaves the queue by c+ttl <= d+2*ttl, before
+//     the queue can expire. This is the common case, and costs nothing.
+//   - Otherwise the queue is declared again, a renewal (renewHold). If
+//     the renewal returns before d+2*ttl, the queue was still there when
+//     the broker processed it, and it now outlives the message.
+//   - Otherwise the queue may have expired with the message in it: the
+//     message is published again, declaration and all, which may enqueue
+//     the job twice (at-least-once allows it), at most maxHeldRounds
+//     times in all. After that, or if the renewal fails, the publish fails
+//     saying the job may or may not have been enqueued.
+//
+// Resending whenever c-d > ttl would be simpler, and under load, when
+// c-d > ttl is common and the renewal nearly always in time, it would
+// flood the queue with duplicates.
 func (p *Producer) publishHeld(ctx context.Context, work string, durable bool, ttlMs int64, msg amqp.Publishing) error {
 	hold := topology.HoldName(work, ttlMs)
+	ttl := time.Duration(ttlMs) * time.Millisecond
+	var declared time.Time // when the latest try's declaration started
+	out := []outgoing{{key: hold, msg: msg, declare: func(ctx context.Context) error {
+		at, err := p.declareHold(ctx, hold, work, ttlMs, durable)
+		declared = at
+		if err == nil && p.hooks.heldDeclared != nil {
+			p.hooks.heldDeclared()
+		}
+		return err
+	}}}
 	var errs [1]error
-	p.publishRetrying(ctx, []outgoing{{key: hold, msg: msg, declare: func(ctx context.Context) error {
-		return p.declareHold(ctx, hold, work, ttlMs, durable)
-	}}}, errs[:])
-	return errs[0]
+	for round := 1; ; round++ {
+		errs[0] = nil
+		p.publishRetrying(ctx, out, errs[:])
+		if errs[0] != nil {
+			if round > 1 {
+				return fmt.Errorf("queuey: publish to %q: the job may or may not have been enqueued: its hold queue may have expired with an earlier copy, and sending it again failed: %w", hold, errs[0])
+			}
+			return errs[0]
+		}
+		confirmed := time.Now()
+		if confirmed.Sub(declared) <= ttl {
+			return nil
+		}
+		err := p.renewHold(ctx, hold, work, ttlMs, durable, confirmed.Add(-ttl))
+		renewed := time.Now()
+		if err == nil && renewed.Sub(declared) < 2*ttl {
+			return nil
+		}
+		late := fmt.Sprintf("the job was confirmed %v after its hold queue's declaration began, more than the queue's TTL of %v", confirmed.Sub(declared).Round(time.Millisecond), ttl)
+		if err == nil {
+			late += fmt.Sprintf(", and the queue's renewal returned %v after it, so the queue may have expired (x-expires %v) with the job in it", renewed.Sub(declared).Round(time.Millisecond), 2*ttl)
+		}
+		switch {
+		case err != nil && (round == maxHeldRounds || ctx.Err() != nil):
+			return fmt.Errorf("queuey: publish to %q: the job may or may not have been enqueued: %s, and renewing the queue failed: %w", hold, late, err)
+		case round == maxHeldRounds:
+			return fmt.Errorf("queuey: publish to %q: the job may or may not have been enqueued: %s; it was sent %d times, each time too late", hold, late, round)
+		case ctx.Err() != nil:
+			return fmt.Errorf("queuey: publish to %q: the job may or may not have been enqueued: %s; it could not be sent again: %w", hold, late, ctx.Err())
+		}
+		p.heldResends.Add(1)
+		if err != nil {
+			late += fmt.Sprintf(", and renewing the queue failed: %v", err)
+		}
+		p.opts.Logger.Warn("queuey: a held job may have expired with its hold queue; sending it again", "queue", hold, "job_id", msg.MessageId, "reason", late)
+	}
+}
+
+// maxHeldRounds bounds how often publishHeld sends a job again because its
+// hold queue may have expired with it.
+const maxHeldRounds = maxPublishTries
+
+// renewHold declares hold again after a held publish that took longer than
+// the queue's TTL; see publishHeld. The declaration must have started no
+// earlier than notBefore (the confirm minus the TTL): one processed before
+// the message arrived renews the queue only until 2*ttl after it, which
+// need not outlast the message. A declaration in flight that began earlier
+// is waited for, and the queue declared once more.
+func (p *Producer) renewHold(ctx context.Context, hold, work string, ttlMs int64, durable bool, notBefore time.Time) error {
+	p.heldRenewals.Add(1)
+	if p.hooks.renewing != nil {
+		p.hooks.renewing()
+	}
+	for {
+		at, err := p.declareHold(ctx, hold, work, ttlMs, durable)
+		if err != nil || !at.Before(notBefore) {
+			return err
+		}
+	}
 }
 
 // outgoing is one message of a chunk.
@@ -567,8 +660,11 @@ func (p *Producer) sendOn(ctx context.Context, pc *pubChannel, out []outgoing, p
 // remembered the queue existed would let the broker delete it while in use.
 // Publishes that arrive while a declaration of the same queue is in flight
 // share it instead of starting another.
-func (p *Producer) declareHold(ctx context.Context, hold, work string, ttlMs int64, durable bool) error {
-	return p.flights.do(ctx, hold, func(ctx context.Context) error {
+//
+// It returns when the declaration it used started, which for a shared one
+// is before this call: publishHeld reasons from it.
+func (p *Producer) declareHold(ctx context.Context, hold, work string, ttlMs int64, durable bool) (time.Time, error) {
+	return p.flights.doAt(ctx, hold, func(ctx context.Context) error {
 		return p.declareOnDeclChannel(ctx, hold, durable, topology.HoldArgs(work, ttlMs))
 	})
 }
@@ -584,6 +680,9 @@ type flights struct {
 type flight struct {
 	done chan struct{}
 	err  error
+	// started is when the call began, before fn ran: what it did at the
+	// broker happened at or after it.
+	started time.Time
 	// waiters counts the callers that joined the call rather than run
 	// their own; read by tests, under flights.mu.
 	waiters int
@@ -594,6 +693,13 @@ type flight struct {
 // context of the caller that ran it ended is run again for a caller whose
 // context is still live.
 func (fs *flights) do(ctx context.Context, key string, fn func(context.Context) error) error {
+	_, err := fs.doAt(ctx, key, fn)
+	return err
+}
+
+// doAt is do, also returning when the call whose result it returns started:
+// for a call it joined, that is before it joined, possibly long before.
+func (fs *flights) doAt(ctx context.Context, key string, fn func(context.Context) error) (time.Time, error) {
 	for {
 		fs.mu.Lock()
 		if fs.m == nil {
@@ -603,7 +709,7 @@ func (fs *flights) do(ctx context.Context, key string, fn func(context.Context) 
 		if inFlight {
 			f.waiters++
 		} else {
-			f = &flight{done: make(chan struct{})}
+			f = &flight{done: make(chan struct{}), started: time.Now()}
 			fs.m[key] = f
 		}
 		fs.mu.Unlock()
@@ -614,17 +720,17 @@ func (fs *flights) do(ctx context.Context, key string, fn func(context.Context) 
 			delete(fs.m, key)
 			fs.mu.Unlock()
 			close(f.done)
-			return f.err
+			return f.started, f.err
 		}
 		select {
 		case <-f.done:
 		case <-ctx.Done():
-			return ctx.Err()
+			return f.started, ctx.Err()
 		}
 		if isContextError(f.err) && ctx.Err() == nil {
 			continue
 		}
-		return f.err
+		return f.started, f.err
 	}
 }
 

@@ -386,6 +386,49 @@ func TestFlightsShareACallInProgressAndForgetIt(t *testing.T) {
 	}
 }
 
+// A held publish reasons from when the declaration it used started; one it
+// joined started before it joined, and that earlier time is the bound.
+func TestFlightsReportWhenTheSharedCallStarted(t *testing.T) {
+	t.Parallel()
+	var fs flights
+	const key = "q.deferred.100"
+	started := make(chan struct{})
+	release := make(chan struct{})
+	leader := make(chan time.Time, 1)
+	before := time.Now()
+	go func() {
+		at, _ := fs.doAt(t.Context(), key, func(context.Context) error {
+			close(started)
+			<-release
+			return nil
+		})
+		leader <- at
+	}()
+	<-started
+	time.Sleep(20 * time.Millisecond)
+	joinedAt := time.Now()
+	follower := make(chan time.Time, 1)
+	go func() {
+		at, _ := fs.doAt(t.Context(), key, func(context.Context) error { return nil })
+		follower <- at
+	}()
+	if !waitForWaiters(&fs, key, 1) {
+		t.Fatal("the follower never joined the call in progress")
+	}
+	close(release)
+	la, fa := <-leader, <-follower
+	if la.Before(before) || !la.Before(joinedAt) {
+		t.Errorf("leader's call started at %v, want between %v and %v", la, before, joinedAt)
+	}
+	if !fa.Equal(la) {
+		t.Errorf("follower reports %v, want the shared call's start %v, before it joined at %v", fa, la, joinedAt)
+	}
+	// A new call starts now, not when the last one did.
+	if at, _ := fs.doAt(t.Context(), key, func(context.Context) error { return nil }); !at.After(la) {
+		t.Errorf("a new call reports %v, not after the finished one's %v", at, la)
+	}
+}
+
 func TestFlightsRetryWhenTheLeadersContextEnded(t *testing.T) {
 	t.Parallel()
 	var fs flights
