@@ -191,6 +191,9 @@ type producerHooks struct {
 	// renewing runs before a hold queue is renewed after a held publish
 	// that took longer than its TTL.
 	renewing func()
+	// confirmed runs once sendOn has the confirm of the k-th message it
+	// waits for, before it waits for the next.
+	confirmed func(k int)
 }
 
 func (o ProducerOptions) validate() error {

@@ -683,6 +683,89 @@ func TestIntegrationEnqueueBatch(t *testing.T) {
 	}
 }
 
+// batchCutShort enqueues a batch of 64 jobs whose context is cancelled as
+// soon as the first job's confirm arrives: job 0 onto queue first, the
+// others onto rest (logical names). It checks that every job reported
+// enqueued is in rest's broker queue, and that the others were given up
+// on, and returns job 0's error.
+func batchCutShort(t *testing.T, b *testBroker, p *Producer, first, rest string) error {
+	t.Helper()
+	ctx, cancel := context.WithCancel(testCtx(t))
+	defer cancel()
+	p.hooks.confirmed = func(k int) {
+		if k == 0 {
+			cancel()
+		}
+	}
+	jobs := make([]BatchJob, 64)
+	jobs[0] = BatchJob{Queue: first, JobType: "t", Payload: 0}
+	for i := 1; i < len(jobs); i++ {
+		jobs[i] = BatchJob{Queue: rest, JobType: "t", Payload: i}
+	}
+	ids, err := p.EnqueueBatch(ctx, jobs)
+	var be *BatchError
+	if !errors.As(err, &be) {
+		t.Fatalf("EnqueueBatch = %v, want a *BatchError", err)
+	}
+	ch := b.channel()
+	arrived := map[string]bool{}
+	for {
+		d, ok := b.get(ch, b.name(rest))
+		if !ok {
+			break
+		}
+		arrived[d.MessageId] = true
+	}
+	confirmed, gaveUp := 0, 0
+	for i := 1; i < len(jobs); i++ {
+		switch err := be.Errs[i]; {
+		case err == nil:
+			confirmed++
+			if !arrived[ids[i]] {
+				t.Errorf("job %d was reported enqueued and is not in %s", i, b.name(rest))
+			}
+		case strings.Contains(err.Error(), "may or may not have been enqueued") && errors.Is(err, context.Canceled):
+			gaveUp++
+		default:
+			t.Errorf("job %d: %v, want enqueued or given up on", i, err)
+		}
+	}
+	t.Logf("after the cancel: %d jobs confirmed, %d given up on", confirmed, gaveUp)
+	if gaveUp == 0 {
+		t.Fatal("the batch never gave up waiting for a confirm: the test proves nothing")
+	}
+	return be.Errs[0]
+}
+
+// Regression: when the context ended while a batch waited for its confirms,
+// the returns of the jobs already confirmed went unread, so a job the broker
+// acked and returned as unroutable was reported enqueued.
+func TestIntegrationBatchCutShortStillReadsTheReturnsOfConfirmedJobs(t *testing.T) {
+	t.Parallel()
+	b := newTestBroker(t)
+	p := newTestProducer(t, b, []QueueConfig{{Name: "jobs"}}, nil)
+	err := batchCutShort(t, b, p, "missing", "jobs")
+	if !errors.Is(err, ErrUnroutable) {
+		t.Errorf("job 0, onto a missing queue, = %v, want ErrUnroutable", err)
+	}
+}
+
+// The same for a diverted job whose migration queue is missing: it is
+// neither reported enqueued, nor sent to the work queue after the context
+// ended.
+func TestIntegrationBatchCutShortStillReadsTheReturnsOfDivertedJobs(t *testing.T) {
+	t.Parallel()
+	e := setupDivert(t, &ProducerOptions{UnroutableRetry: -1})
+	e.startMigration(false)
+	err := batchCutShort(t, e.b, e.p, "jobs", "other")
+	if !errors.Is(err, ErrUnroutable) || !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "diverted to") {
+		t.Errorf("job 0, diverted to a missing migration queue, = %v, want ErrUnroutable naming the diversion, and the cancellation", err)
+	}
+	if n := e.b.count(e.ch, e.work); n != 0 {
+		t.Errorf("%s holds %d jobs, want none: the context had ended", e.work, n)
+	}
+}
+
 func TestIntegrationConcurrentEnqueues(t *testing.T) {
 	t.Parallel()
 	b := newTestBroker(t)

@@ -52,6 +52,10 @@ package queuey
 // own from a pool, waits for every confirm of the chunk, and only then
 // drains the channel's return listener without blocking: every return of the
 // chunk is in it, and nothing else was published on that channel meanwhile.
+// A publish whose context ends while it waits for the confirms drains the
+// listener all the same, before it throws the channel away: a message
+// whose confirm did arrive may have been returned, and is then not
+// enqueued; the others may or may not have been, and are reported so.
 // The listener's buffer (maxChunk) always has room, so amqp091-go never
 // drops a return for want of a reader. Concurrency comes from the size of
 // the pool (ProducerOptions.Channels).
@@ -543,7 +547,7 @@ func publishTries(ctx context.Context, out []outgoing, errs []error, once func(p
 // until the messages are out. A diverted message returned as unroutable
 // (its migration queue is missing: deleted by hand, as a migration never
 // does while the divert queue exists) is sent again at once to the queue
-// asked for.
+// asked for, unless the context has ended: then its error says it was not.
 func (p *Producer) publishOnce(ctx context.Context, pc *pubChannel, out []outgoing, pending []int, errs []error) (retry []int) {
 	if err := p.open(ctx, pc); err != nil {
 		for _, i := range pending {
@@ -557,6 +561,12 @@ func (p *Producer) publishOnce(ctx context.Context, pc *pubChannel, out []outgoi
 	var direct []int
 	for _, i := range send {
 		if o := &out[i]; o.rk != o.key && errors.Is(errs[i], ErrUnroutable) {
+			if ctx.Err() != nil {
+				// Too late to send it anywhere else: say where
+				// it was not sent.
+				errs[i] = fmt.Errorf("%w; it was not sent to %q itself: %w", errs[i], o.key, ctx.Err())
+				continue
+			}
 			o.rk = o.key
 			direct = append(direct, i)
 		}
@@ -597,23 +607,10 @@ func (p *Producer) sendOn(ctx context.Context, pc *pubChannel, out []outgoing, p
 		dcs[k] = dc
 	}
 
-	for k, dc := range dcs {
-		if dc == nil {
-			continue
-		}
+	// settle records the outcome of the confirm of pending[k].
+	settle := func(k int, acked bool) {
 		i := pending[k]
-		acked, err := dc.WaitContext(ctx)
 		switch {
-		case err != nil:
-			// Confirms still due on this channel would be mistaken for
-			// the next publisher's: throw it away.
-			pc.discard()
-			for kk := k; kk < len(dcs); kk++ {
-				if dcs[kk] != nil {
-					errs[pending[kk]] = fmt.Errorf("queuey: publish to %s: gave up waiting for the broker's confirm; the job may or may not have been enqueued: %w", out[pending[kk]].target(), err)
-				}
-			}
-			return nil
 		case acked:
 			errs[i] = nil
 		case pc.ch.IsClosed():
@@ -625,9 +622,56 @@ func (p *Producer) sendOn(ctx context.Context, pc *pubChannel, out []outgoing, p
 			errs[i] = fmt.Errorf("queuey: publish to %s: %w", out[i].target(), ErrNacked)
 		}
 	}
+	gaveUp := false
+	for k, dc := range dcs {
+		if dc == nil {
+			continue
+		}
+		acked, err := dc.WaitContext(ctx)
+		if err == nil {
+			settle(k, acked)
+			if p.hooks.confirmed != nil {
+				p.hooks.confirmed(k)
+			}
+			continue
+		}
+		// The context ended. The confirms that arrived all the same
+		// (WaitContext picks at random when both are ready) still count,
+		// and so do their returns, read below: an acked message that was
+		// returned was not enqueued.
+		gaveUp = true
+		for kk := k; kk < len(dcs); kk++ {
+			d := dcs[kk]
+			if d == nil {
+				continue
+			}
+			select {
+			case <-d.Done():
+				settle(kk, d.Acked())
+			default:
+				errs[pending[kk]] = fmt.Errorf("queuey: publish to %s: gave up waiting for the broker's confirm; the job may or may not have been enqueued: %w", out[pending[kk]].target(), err)
+			}
+		}
+		break
+	}
+	collectReturns(pc, out, pending, errs)
+	if gaveUp {
+		// Confirms still due on this channel would be mistaken for the
+		// next publisher's: throw it away. The context has ended: nothing
+		// is worth another try.
+		pc.discard()
+		return nil
+	}
+	return retry
+}
 
-	// Every return of these messages was handed to pc.returns before the
-	// confirm of the same message; collect them.
+// collectReturns reads the returns waiting in pc's listener and sets errs[i]
+// for every out[i], i in pending, that was returned. Every return of a
+// message is handed to the listener before its confirm: once a message's
+// confirm has been seen, its return, if any, is there to read. A return
+// read for a message whose confirm was not seen is just as final: the
+// message reached no queue.
+func collectReturns(pc *pubChannel, out []outgoing, pending []int, errs []error) {
 	var byID map[string]int
 	if len(out) > 1 {
 		byID = make(map[string]int, len(pending))
@@ -639,7 +683,7 @@ func (p *Producer) sendOn(ctx context.Context, pc *pubChannel, out []outgoing, p
 		select {
 		case r, ok := <-pc.returns:
 			if !ok {
-				return retry
+				return
 			}
 			i := pending[0]
 			if byID != nil {
@@ -650,7 +694,7 @@ func (p *Producer) sendOn(ctx context.Context, pc *pubChannel, out []outgoing, p
 			}
 			errs[i] = fmt.Errorf("queuey: publish to %s: %w: %s (%d): no queue has that name", out[i].target(), ErrUnroutable, r.ReplyText, r.ReplyCode)
 		default:
-			return retry
+			return
 		}
 	}
 }
