@@ -219,20 +219,11 @@ func answeringServer(t *testing.T, answer []byte) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				_, _ = c.Read(make([]byte, 4096))
-				_, _ = c.Write(answer)
-			}()
-		}
-	}()
+	serve(t, ln, func(c net.Conn) {
+		defer c.Close()
+		_, _ = c.Read(make([]byte, 4096))
+		_, _ = c.Write(answer)
+	})
 	return "http://" + ln.Addr().String()
 }
 
@@ -245,6 +236,21 @@ func closingTLSServer(t *testing.T, cfg *tls.Config) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	serve(t, ln, func(c net.Conn) {
+		tc := c.(*tls.Conn)
+		if tc.Handshake() == nil {
+			if tcp, ok := tc.NetConn().(*net.TCPConn); ok {
+				_ = tcp.SetLinger(0)
+			}
+		}
+		_ = tc.NetConn().Close()
+	})
+	return "https://" + ln.Addr().String()
+}
+
+// serve hands every connection ln accepts to handle, each on its own
+// goroutine, until the test ends and closes ln.
+func serve(t *testing.T, ln net.Listener, handle func(net.Conn)) {
 	t.Cleanup(func() { _ = ln.Close() })
 	go func() {
 		for {
@@ -252,16 +258,7 @@ func closingTLSServer(t *testing.T, cfg *tls.Config) string {
 			if err != nil {
 				return
 			}
-			go func() {
-				tc := c.(*tls.Conn)
-				if tc.Handshake() == nil {
-					if tcp, ok := tc.NetConn().(*net.TCPConn); ok {
-						_ = tcp.SetLinger(0)
-					}
-				}
-				_ = tc.NetConn().Close()
-			}()
+			go handle(c)
 		}
 	}()
-	return "https://" + ln.Addr().String()
 }
