@@ -251,28 +251,23 @@ func enqueueStalled(t *testing.T, stall heldStall) (*Producer, int) {
 // more than one TTL after the declaration (here 700 ms into a 500 ms TTL:
 // the queue expires at 1 s, the job would leave at 1.2 s) was confirmed
 // and then deleted with the queue. The producer now renews the queue.
+//
+// With a stale flight, the renewal shares a declaration begun before the
+// job arrived, more than a TTL before its confirm, which may renew the
+// queue too early to outlast the job: it declares the queue once more.
 func TestIntegrationHeldJobStalledPastTheTTLRenewsItsHoldQueue(t *testing.T) {
 	t.Parallel()
-	p, n := enqueueStalled(t, heldStall{declaredStall: 700 * time.Millisecond})
-	if n != 1 {
-		t.Errorf("%d copies of the job reached the work queue, want 1", n)
-	}
-	if r, s := p.heldRenewals.Load(), p.heldResends.Load(); r != 1 || s != 0 {
-		t.Errorf("%d renewals, %d resends; want 1 renewal in time and no resend", r, s)
-	}
-}
-
-// A renewal that shares a declaration begun before the job arrived, more
-// than a TTL before its confirm, may renew the queue too early to outlast
-// the job: it declares the queue once more.
-func TestIntegrationHeldJobRenewalDoesNotTrustAnOlderDeclaration(t *testing.T) {
-	t.Parallel()
-	p, n := enqueueStalled(t, heldStall{declaredStall: 700 * time.Millisecond, staleFlight: true})
-	if n != 1 {
-		t.Errorf("%d copies of the job reached the work queue, want 1", n)
-	}
-	if r, s := p.heldRenewals.Load(), p.heldResends.Load(); r != 1 || s != 0 {
-		t.Errorf("%d renewals, %d resends; want 1 renewal in time and no resend", r, s)
+	for _, staleFlight := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stale-flight=%v", staleFlight), func(t *testing.T) {
+			t.Parallel()
+			p, n := enqueueStalled(t, heldStall{declaredStall: 700 * time.Millisecond, staleFlight: staleFlight})
+			if n != 1 {
+				t.Errorf("%d copies of the job reached the work queue, want 1", n)
+			}
+			if r, s := p.heldRenewals.Load(), p.heldResends.Load(); r != 1 || s != 0 {
+				t.Errorf("%d renewals, %d resends; want 1 renewal in time and no resend", r, s)
+			}
+		})
 	}
 }
 
