@@ -111,8 +111,7 @@ var errVhostNotFound = errors.New("virtual host not found")
 // request, whatever the size of the set, keeps a refresh cheap on a broker
 // with many queues.
 func (b *broker) listQueues(vhost string) (map[string]brokerQueue, error) {
-	params := url.Values{"columns": {"name,durable,type,arguments,messages"}}
-	infos, err := b.client.ListQueuesWithParametersIn(vhost, params)
+	infos, err := b.client.ListQueuesWithParametersIn(vhost, queueColumns)
 	if err != nil {
 		var resp rabbithole.ErrorResponse
 		if errors.As(err, &resp) && resp.StatusCode == http.StatusNotFound {
@@ -122,20 +121,31 @@ func (b *broker) listQueues(vhost string) (map[string]brokerQueue, error) {
 	}
 	out := make(map[string]brokerQueue, len(infos))
 	for _, q := range infos {
-		out[q.Name] = brokerQueue{
-			Name:      q.Name,
-			Durable:   q.Durable,
-			Type:      q.Type,
-			Arguments: normalizeArgs(q.Arguments),
-			Messages:  int64(q.Messages),
-		}
+		out[q.Name] = fromInfo(q)
 	}
 	return out, nil
 }
 
+// queueColumns are the fields the provider reads of a queue. Asking for
+// just these keeps answers small, and leaves out consumer_details, which
+// RabbitMQ writes in a shape rabbit-hole cannot decode (channel_details
+// [] instead of an object) while a consumer's channel is closing: a read
+// of a queue whose workers reconnect would fail.
+var queueColumns = url.Values{"columns": {"name,durable,type,arguments,messages"}}
+
+func fromInfo(q rabbithole.QueueInfo) brokerQueue {
+	return brokerQueue{
+		Name:      q.Name,
+		Durable:   q.Durable,
+		Type:      q.Type,
+		Arguments: normalizeArgs(q.Arguments),
+		Messages:  int64(q.Messages),
+	}
+}
+
 // getQueue reads one queue; found is false when it does not exist.
 func (b *broker) getQueue(vhost, name string) (q brokerQueue, found bool, err error) {
-	info, err := b.client.GetQueue(vhost, name)
+	info, err := b.client.GetQueueWithParameters(vhost, name, queueColumns)
 	if err != nil {
 		var resp rabbithole.ErrorResponse
 		if errors.As(err, &resp) && resp.StatusCode == http.StatusNotFound {
@@ -143,13 +153,7 @@ func (b *broker) getQueue(vhost, name string) (q brokerQueue, found bool, err er
 		}
 		return brokerQueue{}, false, err
 	}
-	return brokerQueue{
-		Name:      info.Name,
-		Durable:   info.Durable,
-		Type:      info.Type,
-		Arguments: normalizeArgs(info.Arguments),
-		Messages:  int64(info.Messages),
-	}, true, nil
+	return fromInfo(rabbithole.QueueInfo(*info)), true, nil
 }
 
 // errInequivalent marks a declaration the broker refused because the queue

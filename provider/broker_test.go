@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"regexp"
 	"strings"
 	"sync/atomic"
@@ -261,4 +262,40 @@ func serve(t *testing.T, ln net.Listener, handle func(net.Conn)) {
 			go handle(c)
 		}
 	}()
+}
+
+// TestReadsAQueueWhoseConsumerChannelIsClosing: while a consumer's channel
+// closes, RabbitMQ writes its channel_details as [] where rabbit-hole
+// expects an object, and decoding the whole queue fails. The stub answers
+// so unless the request names columns; both reads of the provider must get
+// the queue.
+func TestReadsAQueueWhoseConsumerChannelIsClosing(t *testing.T) {
+	t.Parallel()
+	const withColumns = `{"name":"q","durable":true,"type":"classic","arguments":{"x-max-priority":5},"messages":3}`
+	const whole = `{"name":"q","durable":true,"type":"classic","arguments":{"x-max-priority":5},"messages":3,"consumer_details":[{"channel_details":[],"consumer_tag":"w"}]}`
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		body := whole
+		if r.URL.Query().Get("columns") != "" {
+			body = withColumns
+		}
+		if r.URL.Path == "/api/queues/%2F" || r.URL.Path == "/api/queues//" {
+			body = "[" + body + "]"
+		}
+		_, _ = w.Write([]byte(body))
+	}))
+	t.Cleanup(s.Close)
+	b, err := newBroker(s.URL, "alice", "secret", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := brokerQueue{Name: "q", Durable: true, Type: "classic", Arguments: map[string]any{"x-max-priority": int64(5)}, Messages: 3}
+	q, found, err := b.getQueue("/", "q")
+	if err != nil || !found || !reflect.DeepEqual(q, want) {
+		t.Errorf("getQueue = %+v, %v, %v; want %+v", q, found, err, want)
+	}
+	all, err := b.listQueues("/")
+	if err != nil || !reflect.DeepEqual(all["q"], want) {
+		t.Errorf("listQueues = %+v, %v; want q: %+v", all, err, want)
+	}
 }
