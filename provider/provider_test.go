@@ -221,7 +221,7 @@ func (b *testBroker) waitManagementCount(queue string, want int) {
 	b.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		q, err := b.mgmt.GetQueue("/", queue)
+		q, err := b.mgmt.GetQueueWithParameters("/", queue, url.Values{"columns": {"name,messages"}})
 		if err == nil && q.Messages == want {
 			return
 		}

@@ -16,6 +16,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"net/http"
+	"net/url"
 	"os"
 	"regexp"
 	"strings"
@@ -104,10 +105,15 @@ func isNotFound(err error) bool {
 // name is the broker name of logical queue name under the test's prefix.
 func (b *testBroker) name(logical string) string { return b.prefix + "." + logical }
 
+// queueColumns are the fields the tests read of a queue. Without them the
+// answer includes consumer_details, which rabbit-hole cannot decode while a
+// consumer's channel is closing (channel_details [] instead of an object).
+var queueColumns = url.Values{"columns": {"name,durable,auto_delete,exclusive,arguments,messages"}}
+
 // queue reads a queue through the management API; nil if it does not exist.
 func (b *testBroker) queue(name string) *rabbithole.DetailedQueueInfo {
 	b.t.Helper()
-	q, err := b.api.GetQueue(b.vhost, name)
+	q, err := b.api.GetQueueWithParameters(b.vhost, name, queueColumns)
 	if isNotFound(err) {
 		return nil
 	}
