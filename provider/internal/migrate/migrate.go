@@ -409,9 +409,9 @@ func (m *migration) undivert() error {
 	return nil
 }
 
-// waitGrace waits until Grace has passed since from. With more than the
-// grace left it returns early, so that the caller can move what arrived
-// meanwhile before waiting the rest; see moveAsideAndDelete.
+// waitGrace waits until Grace has passed since from, or until the
+// migration's context ends. It never returns early: moveAsideAndDelete
+// moves aside again after it what arrived meanwhile.
 func (m *migration) waitGrace(from time.Time) error {
 	left := time.Until(from.Add(m.opts.Grace))
 	if left <= 0 {
