@@ -38,13 +38,20 @@ type probeResult struct {
 	diverted bool
 }
 
-// fresh reports whether r may still decide a publish's routing key.
+// fresh reports whether r may still be reused, by a publish that did not
+// wait for its probe.
 func (r *probeResult) fresh() bool {
 	return r != nil && time.Since(r.sentAt) < topology.DivertRecheck
 }
 
+// usable reports whether a publish may still be sent by r: a probe answered
+// later than DivertRecheck (a busy broker) is not probed again at once.
+func (r *probeResult) usable() bool {
+	return r != nil && time.Since(r.sentAt) < topology.DivertUsable
+}
+
 // maxProbeRounds bounds how often a publish probes again because the result
-// it got was already older than DivertRecheck when it read it. Only a broker
+// it got was already older than DivertUsable when it read it. Only a broker
 // that takes that long to confirm an empty transient message gets there.
 const maxProbeRounds = 3
 
@@ -82,7 +89,7 @@ func (p *Producer) route(ctx context.Context, pc *pubChannel, out []outgoing, pe
 				}
 				continue
 			}
-			o.rk = o.key
+			o.rk, o.probed = o.key, r.sentAt
 			if r.diverted {
 				o.rk = c.migration
 			}
@@ -100,13 +107,13 @@ func (p *Producer) route(ctx context.Context, pc *pubChannel, out []outgoing, pe
 			send = kept
 		}
 		// Probing one queue of a chunk can outlast another's result.
-		if oldest.IsZero() || time.Since(oldest) < topology.DivertRecheck {
+		if oldest.IsZero() || time.Since(oldest) < topology.DivertUsable {
 			return send, retry
 		}
 		if round == maxProbeRounds {
 			for _, i := range send {
 				if o := &out[i]; o.divert != nil {
-					errs[i] = fmt.Errorf("queuey: publish to %q: the probes of the divert queues of this batch took longer than %v together, and a publish may not go on an older result", o.key, topology.DivertRecheck)
+					errs[i] = fmt.Errorf("queuey: publish to %q: the probes of the divert queues of this batch took longer than %v together, and a publish may not go on an older result", o.key, topology.DivertUsable)
 				}
 			}
 			kept := send[:0:0]
@@ -120,17 +127,18 @@ func (p *Producer) route(ctx context.Context, pc *pubChannel, out []outgoing, pe
 	}
 }
 
-// divertResult returns a fresh result for c's divert queue, probing on pc
-// when the cached one is stale. Concurrent publishes to the same queue share
-// one probe; one that reads the shared result too late to trust it probes
-// again.
+// divertResult returns a result for c's divert queue to send a publish by:
+// the cached one while it is fresh, else one of a probe this publish waited
+// for (its own, on pc, or a concurrent publish's to the same queue: they
+// share one), as long as it is usable. A publish that gets a result too late
+// to use probes again.
 func (p *Producer) divertResult(ctx context.Context, pc *pubChannel, c *divertCache) (*probeResult, error) {
 	for round := 0; ; round++ {
-		if r := c.last.Load(); r.fresh() {
+		if r := c.last.Load(); r.fresh() || (round > 0 && r.usable()) {
 			return r, nil
 		}
 		if round == maxProbeRounds {
-			return nil, fmt.Errorf("queuey: publish to %q: %d probes of its divert queue %q were answered more than %v after they were sent, too late to trust: is the broker overloaded?", c.work, maxProbeRounds, c.divert, topology.DivertRecheck)
+			return nil, fmt.Errorf("queuey: publish to %q: %d probes of its divert queue %q were answered more than %v after they were sent, too late to trust: is the broker overloaded?", c.work, maxProbeRounds, c.divert, topology.DivertUsable)
 		}
 		err := p.probes.do(ctx, c.work, func(ctx context.Context) error { return p.probe(ctx, pc, c) })
 		if err != nil && err == ctx.Err() {
@@ -180,6 +188,9 @@ func (p *Producer) probeOnce(ctx context.Context, pc *pubChannel, divert string)
 	}
 	p.probesSent.Add(1)
 	acked, err := dc.WaitContext(ctx)
+	if p.hooks.probed != nil {
+		p.hooks.probed()
+	}
 	switch {
 	case err != nil:
 		// Its confirm, still due, would be mistaken for the next

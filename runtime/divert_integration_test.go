@@ -9,8 +9,10 @@ package queuey
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -285,5 +287,117 @@ func TestIntegrationDivertWithOneChannel(t *testing.T) {
 	}
 	if n := e.b.count(e.ch, e.migration); n != len(errs) {
 		t.Errorf("%s holds %d jobs, want %d", e.migration, n, len(errs))
+	}
+}
+
+// A job confirmed DivertGrace or more after the probe it was routed by was
+// sent may have reached the work queue while a migration deleted it (the
+// broker confirms such a job and drops it): it is sent again, routed anew.
+// Here every job of a batch is written, then the producer stalls past
+// DivertGrace before it reads the confirms, as a long write, a GC pause or
+// the broker's flow control would make it. Every job of the batch was routed
+// by a probe ("other" too, never diverted), and every one is sent again.
+func TestIntegrationJobConfirmedAGraceAfterItsProbeIsSentAgain(t *testing.T) {
+	t.Parallel()
+	for _, diverted := range []bool{false, true} {
+		t.Run(fmt.Sprintf("diverted=%v", diverted), func(t *testing.T) {
+			t.Parallel()
+			e := setupDivert(t, nil)
+			ctx := testCtx(t)
+			if diverted {
+				e.startMigration(true)
+			}
+			var stalls atomic.Int32
+			e.p.hooks.sent = func() {
+				if stalls.Add(1) == 1 {
+					time.Sleep(topology.DivertGrace + 100*time.Millisecond)
+				}
+			}
+			ids, err := e.p.EnqueueBatch(ctx, []BatchJob{
+				{Queue: "jobs", JobType: "k", Payload: 1},
+				{Queue: "other", JobType: "k", Payload: 2},
+				{Queue: "jobs", JobType: "k", Payload: 3},
+			})
+			if err != nil {
+				t.Fatalf("EnqueueBatch with a stall after the writes: %v", err)
+			}
+			if n := e.p.lateConfirms.Load(); n != 3 {
+				t.Errorf("%d late confirms, want 3", n)
+			}
+			into := e.work
+			if diverted {
+				into = e.migration
+			}
+			got := map[string]int{}
+			for {
+				d, ok := e.b.get(e.ch, into)
+				if !ok {
+					break
+				}
+				got[d.MessageId]++
+			}
+			if len(got) != 2 || got[ids[0]] != 2 || got[ids[2]] != 2 {
+				t.Errorf("%s holds %v by job id, want 2 copies each of %s and %s", into, got, ids[0], ids[2])
+			}
+			if n := e.b.count(e.ch, e.other); n != 2 {
+				t.Errorf("%s holds %d jobs, want 2 copies of %s", e.other, n, ids[1])
+			}
+		})
+	}
+}
+
+// A job confirmed late on every try is not reported enqueued: the error
+// says it may or may not have been, and each try's copy is in the queue.
+func TestIntegrationJobConfirmedLateOnEveryTryFailsSayingItMayBeEnqueued(t *testing.T) {
+	t.Parallel()
+	e := setupDivert(t, nil)
+	ctx := testCtx(t)
+	e.p.hooks.sent = func() { time.Sleep(topology.DivertGrace + 50*time.Millisecond) }
+	_, err := e.p.Enqueue(ctx, "jobs", "k", 1, nil)
+	if err == nil || !strings.Contains(err.Error(), "may or may not have been enqueued") || !strings.Contains(err.Error(), e.work) {
+		t.Fatalf("Enqueue confirmed late every time = %v, want an error saying the job may or may not have been enqueued into %s", err, e.work)
+	}
+	if n := e.b.count(e.ch, e.work); n != maxPublishTries {
+		t.Errorf("%s holds %d copies, want one per try: %d", e.work, n, maxPublishTries)
+	}
+}
+
+// A broker slow to confirm (here every probe's answer is read 300 ms after
+// it was sent, past DivertRecheck) does not make every publish fail: a
+// publish goes on a result it waited for while that is younger than
+// DivertUsable, and its confirm, within DivertGrace of the probe, counts.
+// Answers later than DivertUsable fail the publish, which sends nothing.
+func TestIntegrationPublishesGoOnWhileProbesAreAnsweredLate(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		delay time.Duration
+		ok    bool
+	}{{300 * time.Millisecond, true}, {topology.DivertUsable + 100*time.Millisecond, false}} {
+		t.Run(tc.delay.String(), func(t *testing.T) {
+			t.Parallel()
+			e := setupDivert(t, nil)
+			ctx := testCtx(t)
+			e.p.hooks.probed = func() { time.Sleep(tc.delay) }
+			const n = 3
+			for i := range n {
+				_, err := e.p.Enqueue(ctx, "jobs", "k", i, nil)
+				switch {
+				case tc.ok && err != nil:
+					t.Fatalf("Enqueue %d with probes answered after %v: %v", i, tc.delay, err)
+				case !tc.ok && (err == nil || !strings.Contains(err.Error(), "too late to trust")):
+					t.Fatalf("Enqueue %d with probes answered after %v = %v, want an error saying they came too late to trust", i, tc.delay, err)
+				}
+			}
+			want := 0
+			if tc.ok {
+				want = n
+			}
+			if got := e.b.count(e.ch, e.work); got != want {
+				t.Errorf("%s holds %d jobs, want %d", e.work, got, want)
+			}
+			if l := e.p.lateConfirms.Load(); l != 0 {
+				t.Errorf("%d late confirms, want 0", l)
+			}
+		})
 	}
 }

@@ -1,10 +1,15 @@
 package queuey
 
 import (
+	"errors"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/queuey/terraform-provider-queuey/runtime/topology"
 )
 
 // Within DivertRecheck of a probe, route decides from the cache alone: no
@@ -63,5 +68,50 @@ func TestProbeResultIsTrustedForDivertRecheckFromItsSending(t *testing.T) {
 	}
 	if (&probeResult{sentAt: time.Now().Add(-250 * time.Millisecond)}).fresh() {
 		t.Error("a result sent 250 ms ago is fresh")
+	}
+	if none.usable() {
+		t.Error("no result is usable")
+	}
+	if !(&probeResult{sentAt: time.Now().Add(-450 * time.Millisecond)}).usable() {
+		t.Error("a result sent 450 ms ago is unusable")
+	}
+	if (&probeResult{sentAt: time.Now().Add(-500 * time.Millisecond)}).usable() {
+		t.Error("a result sent 500 ms ago is usable")
+	}
+}
+
+// A job routed by a probe counts as done only if it was confirmed within
+// DivertGrace of the probe's sending; the others are left alone.
+func TestConfirmedLateMarksTheJobsConfirmedAGraceAfterTheirProbe(t *testing.T) {
+	t.Parallel()
+	set := QueueSet{Prefix: "p", Queues: []QueueConfig{{Name: "a"}}}
+	p := newProducer(nil, false, &set, "p", nil)
+	probed := time.Now()
+	var msg amqp.Publishing
+	out := make([]outgoing, 5)
+	for i := range out {
+		out[i] = p.outgoingTo("p.a", msg)
+		out[i].rk, out[i].probed = "p.a", probed
+	}
+	out[3] = p.outgoingTo("p.a.dead", msg) // not routed by a probe
+	out[3].rk = "p.a.dead"
+	nacked := errors.New("nacked")
+	errs := []error{nil, nil, nacked, nil, nil}
+	confirmedAt := []time.Time{
+		probed.Add(topology.DivertGrace - time.Millisecond), // in time
+		probed.Add(topology.DivertGrace),                    // late
+		probed.Add(2 * topology.DivertGrace),                // late, but nacked
+		probed.Add(2 * topology.DivertGrace),                // late, but not probed
+		{},                                                  // never confirmed
+	}
+	late := confirmedLate(out, []int{0, 1, 2, 3, 4}, confirmedAt, errs)
+	if !slices.Equal(late, []int{1}) {
+		t.Fatalf("late = %v, want [1]", late)
+	}
+	if errs[0] != nil || errs[3] != nil || errs[4] != nil || errs[2] != nacked {
+		t.Errorf("errs = %v; only message 1 should have changed", errs)
+	}
+	if err := errs[1]; err == nil || !strings.Contains(err.Error(), "may or may not have been enqueued") || !strings.Contains(err.Error(), `publish to "p.a"`) {
+		t.Errorf("error of the late job = %v, want one saying it may or may not have been enqueued, naming p.a", err)
 	}
 }

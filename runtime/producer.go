@@ -68,6 +68,9 @@ type Producer struct {
 	// publish, and heldResends the held jobs sent again because their hold
 	// queue may have expired with them (see publishHeld); read by tests.
 	heldRenewals, heldResends atomic.Int64
+	// lateConfirms counts the jobs routed by a probe and confirmed
+	// DivertGrace or more after it (see confirmedLate).
+	lateConfirms atomic.Int64
 	// hooks are set by tests only, before the producer publishes.
 	hooks producerHooks
 
@@ -194,6 +197,12 @@ type producerHooks struct {
 	// confirmed runs once sendOn has the confirm of the k-th message it
 	// waits for, before it waits for the next.
 	confirmed func(k int)
+	// sent runs once sendOn has written its messages, before it waits for
+	// their confirms.
+	sent func()
+	// probed runs once a probe of a divert queue has its confirm, before
+	// its result is read.
+	probed func()
 }
 
 func (o ProducerOptions) validate() error {

@@ -74,12 +74,18 @@ package queuey
 // probe: an empty, transient, mandatory message to the divert queue's name,
 // whose basic.return says there is none and whose basic.nack says there is
 // one (an ack without a return, a race with the divert queue's deletion,
-// counts as one). A result is trusted for topology.DivertRecheck from when
+// counts as one). A result is reused for topology.DivertRecheck from when
 // its probe was sent; within that, a publish reads it with one atomic load
 // and takes no lock. Past it, the next publish probes, and the publishes to
 // the same queue that need a result meanwhile wait for that probe rather
 // than send their own (probes, a singleflight). A publish never goes, to
-// either queue, on a result older than DivertRecheck: it probes again.
+// either queue, on a result older than topology.DivertUsable: it probes
+// again. Nor does the choice end with the send: a message confirmed
+// topology.DivertGrace or more after the probe it was routed by was sent
+// may have reached the work queue while a migration deleted it, and is sent
+// again, routed anew (confirmedLate). Writes held up by the kernel, the
+// broker's flow control or a stalled process thus cost a duplicate, never
+// a job.
 //
 // The probe runs on the channel the publish holds, once it is open, right
 // before the messages go out on it: a result is not spent waiting for a
@@ -342,6 +348,9 @@ type outgoing struct {
 	// rk is the routing key of the current try: key, or its migration
 	// queue while it is diverted. Set by route.
 	rk string
+	// probed is when the probe of the divert queue that rk was picked by
+	// was sent, when divert is set. Set by route.
+	probed time.Time
 }
 
 // target names where o went, for errors: the queue asked for, and the
@@ -592,6 +601,7 @@ func (p *Producer) sendOn(ctx context.Context, pc *pubChannel, out []outgoing, p
 		return pending
 	}
 	dcs := make([]*amqp.DeferredConfirmation, len(pending))
+	confirmedAt := make([]time.Time, len(pending))
 	for k, i := range pending {
 		dc, err := pc.ch.PublishWithDeferredConfirmWithContext(ctx, "", out[i].rk, true, false, out[i].msg)
 		if err != nil {
@@ -606,13 +616,16 @@ func (p *Producer) sendOn(ctx context.Context, pc *pubChannel, out []outgoing, p
 		}
 		dcs[k] = dc
 	}
+	if p.hooks.sent != nil {
+		p.hooks.sent()
+	}
 
 	// settle records the outcome of the confirm of pending[k].
 	settle := func(k int, acked bool) {
 		i := pending[k]
 		switch {
 		case acked:
-			errs[i] = nil
+			errs[i], confirmedAt[k] = nil, time.Now()
 		case pc.ch.IsClosed():
 			// amqp091-go settles the confirms of a closed channel as
 			// nacks; the broker said nothing.
@@ -655,6 +668,7 @@ func (p *Producer) sendOn(ctx context.Context, pc *pubChannel, out []outgoing, p
 		break
 	}
 	collectReturns(pc, out, pending, errs)
+	late := confirmedLate(out, pending, confirmedAt, errs)
 	if gaveUp {
 		// Confirms still due on this channel would be mistaken for the
 		// next publisher's: throw it away. The context has ended: nothing
@@ -662,7 +676,31 @@ func (p *Producer) sendOn(ctx context.Context, pc *pubChannel, out []outgoing, p
 		pc.discard()
 		return nil
 	}
-	return retry
+	if len(late) > 0 {
+		p.lateConfirms.Add(int64(len(late)))
+		p.opts.Logger.Warn("queuey: jobs were confirmed too late to rule out that a migration deleted their queue under them; sending them again", "queue", out[late[0]].key, "jobs", len(late), "reason", errs[late[0]])
+	}
+	return append(retry, late...)
+}
+
+// confirmedLate sets errs[i], and returns i, for every message out[i] of
+// pending that was routed by a probe of its divert queue and confirmed
+// (at confirmedAt[k]; zero if it was not) DivertGrace or more after that
+// probe was sent. It may have reached its queue while a migration deleted
+// it, which RabbitMQ confirms and drops (see topology.DivertName). One
+// confirmed sooner reached its queue before the migration could delete it.
+func confirmedLate(out []outgoing, pending []int, confirmedAt []time.Time, errs []error) (late []int) {
+	for k, i := range pending {
+		o := &out[i]
+		if errs[i] != nil || o.divert == nil || confirmedAt[k].IsZero() {
+			continue
+		}
+		if d := confirmedAt[k].Sub(o.probed); d >= topology.DivertGrace {
+			errs[i] = fmt.Errorf("queuey: publish to %s: the job may or may not have been enqueued: it was confirmed %v after the probe of the divert queue it was routed by was sent, not within %v, so a migration may have deleted its queue under it", o.target(), d.Round(time.Millisecond), topology.DivertGrace)
+			late = append(late, i)
+		}
+	}
+	return late
 }
 
 // collectReturns reads the returns waiting in pc's listener and sets errs[i]

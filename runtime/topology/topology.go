@@ -141,10 +141,15 @@ func MigrationArgs() map[string]any { return map[string]any{} }
 //
 // The protocol between producers and a migration, with the constants below:
 //
-//   - A producer publishes to work directly only within DivertRecheck of
-//     sending a probe that found no divert queue; past that, it probes again
-//     first. While a probe finds the divert queue, it publishes into the
-//     migration queue.
+//   - A producer routes a publish by a probe that found no divert queue
+//     (to work) or found one (into the migration queue). It reuses a probe's
+//     result for DivertRecheck from the probe's sending, and sends on one at
+//     most DivertUsable old; past that, it probes again first.
+//   - A publish counts as done only if its confirm arrived less than
+//     DivertGrace after the probe it was routed by was sent: it then
+//     reached its queue before the migration could delete it. One
+//     confirmed later (a long write, a stalled process, flow control) may
+//     have reached a queue while it was deleted, and is sent again.
 //   - A migration declares the migration queue, then the divert queue, and
 //     deletes work no sooner than DivertGrace after the divert queue's
 //     declaration: by then no producer publishes to work any more.
@@ -172,11 +177,17 @@ const (
 	// DivertRecheck is how long a queuey producer trusts a probe of a divert
 	// queue (see DivertName), counted from when it sent the probe.
 	DivertRecheck = 250 * time.Millisecond
+	// DivertUsable is the oldest a probe's result may be, counted from
+	// its sending, for a publish to be sent by it: a producer whose probes
+	// take longer than DivertRecheck to be answered still publishes, as
+	// long as they take less than this.
+	DivertUsable = DivertGrace / 2
 	// DivertGrace is how long a migration waits after declaring a divert
 	// queue before it deletes the work queue, and after deleting the divert
-	// queue before it deletes the migration queue: DivertRecheck, plus
-	// three quarters of a second for a publish sent within it to reach the
-	// broker.
+	// queue before it deletes the migration queue. A publish confirmed
+	// within DivertGrace of its probe's sending reached its queue before
+	// either deletion; one sent by a result DivertUsable old has the other
+	// half second to be written and confirmed.
 	DivertGrace = time.Second
 )
 

@@ -31,10 +31,11 @@
 // routed to a queue whose deletion is under way as if the queue were already
 // gone, without a return, and no client can detect it. The divert queue is
 // the protocol (see topology.DivertName) by which queuey producers stop
-// publishing to q before it is deleted: a producer trusts a probe of the
-// divert queue for topology.DivertRecheck, and the migration waits
-// topology.DivertGrace before each deletion, so that no queuey producer
-// publishes to a queue while it is deleted. Publishers that do not follow the
+// publishing to q before it is deleted: the migration waits
+// topology.DivertGrace before each deletion, and a producer counts a publish
+// as done only if its confirm arrived within DivertGrace of the probe of the
+// divert queue it was routed by (else it sends it again), so that no queuey
+// producer's job is lost to a queue while it is deleted. Publishers that do not follow the
 // protocol (raw AMQP clients) still race the deletion, and can lose one
 // message per publish in flight at that instant: pause them (see the
 // priority-migrations guide).
@@ -352,9 +353,9 @@ func (m *migration) run() error {
 		}
 	}
 	// q has the new arguments: send producers back to it. A resumed
-	// migration that finds no divert queue counts from now: producers
-	// stopped trusting a probe that found it DivertRecheck after its
-	// deletion, before this call.
+	// migration that finds no divert queue counts from now: every probe
+	// that found it was sent before this call, and a publish it routed
+	// counts only if confirmed within DivertGrace of that sending.
 	if divertExists || !m.divertedAt.IsZero() {
 		if err := m.undivert(); err != nil {
 			return err
