@@ -106,6 +106,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -668,6 +669,9 @@ func (p *Producer) sendOn(ctx context.Context, pc *pubChannel, out []outgoing, p
 		break
 	}
 	collectReturns(pc, out, pending, errs)
+	// A return is final, even for a message whose confirm was lost with
+	// its channel: the unroutable retries deal with it, not a resend here.
+	retry = slices.DeleteFunc(retry, func(i int) bool { return errors.Is(errs[i], ErrUnroutable) })
 	late := confirmedLate(out, pending, confirmedAt, errs)
 	if gaveUp {
 		// Confirms still due on this channel would be mistaken for the
