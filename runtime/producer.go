@@ -66,7 +66,8 @@ type Producer struct {
 	probesSent atomic.Int64
 	// heldRenewals counts the hold queues declared again after a held
 	// publish, and heldResends the held jobs sent again because their hold
-	// queue may have expired with them (see publishHeld); read by tests.
+	// queue may have expired with them, or expired before they arrived
+	// (see publishHeld); read by tests.
 	heldRenewals, heldResends atomic.Int64
 	// lateConfirms counts the jobs routed by a probe and confirmed
 	// DivertGrace or more after it (see confirmedLate).

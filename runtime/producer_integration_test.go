@@ -286,6 +286,21 @@ func TestIntegrationHeldJobWhoseRenewalCameTooLateIsSentAgain(t *testing.T) {
 	}
 }
 
+// A job stalled past 2*TTL between its hold queue's declaration and its
+// sending (here 1.3 s into a 500 ms TTL: the queue expired at 1 s) is
+// returned as unroutable: it declares the queue again and is sent again,
+// once, since the first copy reached no queue.
+func TestIntegrationHeldJobThatFindsItsHoldQueueExpiredIsSentAgain(t *testing.T) {
+	t.Parallel()
+	p, n := enqueueStalled(t, heldStall{declaredStall: 1300 * time.Millisecond})
+	if n != 1 {
+		t.Errorf("%d copies of the job reached the work queue, want 1", n)
+	}
+	if r, s := p.heldRenewals.Load(), p.heldResends.Load(); r != 0 || s != 1 {
+		t.Errorf("%d renewals, %d resends; want no renewal and 1 resend", r, s)
+	}
+}
+
 // The renewal is for stalls only: held publishes confirmed within their
 // TTL of the declaration renew nothing and send nothing twice.
 func TestIntegrationHeldPublishesInTimeDoNotRenew(t *testing.T) {

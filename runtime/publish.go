@@ -257,6 +257,11 @@ func unknownQueue(work string) error {
 //     times in all. After that, or if the renewal fails, the publish fails
 //     saying the job may or may not have been enqueued.
 //
+// A job returned as unroutable found the hold queue expired before it
+// arrived (it waited longer than 2*ttl for a channel, or stalled): it
+// reached no queue, and is sent again, declaration and all, within the same
+// maxHeldRounds.
+//
 // Resending whenever c-d > ttl would be simpler, and under load, when
 // c-d > ttl is common and the renewal nearly always in time, it would
 // flood the queue with duplicates.
@@ -273,11 +278,20 @@ func (p *Producer) publishHeld(ctx context.Context, work string, durable bool, t
 		return err
 	}}}
 	var errs [1]error
+	earlierCopy := false // a copy sent before may be in the queue
 	for round := 1; ; round++ {
 		errs[0] = nil
 		p.publishRetrying(ctx, out, errs[:])
+		if errors.Is(errs[0], ErrUnroutable) && round < maxHeldRounds && ctx.Err() == nil {
+			// The hold queue expired between its declaration and the
+			// job's arrival (a long wait for a channel, a stall): the
+			// job reached no queue. Declare the queue and send it again.
+			p.heldResends.Add(1)
+			p.opts.Logger.Warn("queuey: a held job found its hold queue expired; declaring it and sending the job again", "queue", hold, "job_id", msg.MessageId)
+			continue
+		}
 		if errs[0] != nil {
-			if round > 1 {
+			if earlierCopy {
 				return fmt.Errorf("queuey: publish to %q: the job may or may not have been enqueued: its hold queue may have expired with an earlier copy, and sending it again failed: %w", hold, errs[0])
 			}
 			return errs[0]
@@ -304,6 +318,7 @@ func (p *Producer) publishHeld(ctx context.Context, work string, durable bool, t
 			return fmt.Errorf("queuey: publish to %q: the job may or may not have been enqueued: %s; it could not be sent again: %w", hold, late, ctx.Err())
 		}
 		p.heldResends.Add(1)
+		earlierCopy = true
 		if err != nil {
 			late += fmt.Sprintf(", and renewing the queue failed: %v", err)
 		}
