@@ -764,7 +764,8 @@ func (r *queueSetResource) ModifyPlan(ctx context.Context, req resource.ModifyPl
 				"While the queue is replaced, queuey producers publish into the migration queue (their jobs are moved back with the rest), "+
 				"and workers resubscribe when the queue is back. An apply that stops halfway is resumed by the next one. "+
 				"Two risks remain: a delay, retry or deferral that a hold queue releases in the milliseconds the queue is absent is lost, "+
-				"and so is a publish from a client that is not a queuey producer (raw AMQP) that reaches the queue while RabbitMQ deletes it: "+
+				"and so is a publish that reaches the queue while RabbitMQ deletes it from a client that does not look for the migration's divert marker "+
+				"(a raw AMQP client, a queuey producer from NewUndeclaredProducer or one whose queue set does not list this queue): "+
 				"pause such clients for the apply (see the guide on priority migrations).",
 				state.Vhost.ValueString(), migrate.Describe(target.name, count, target.args, target.durable), change.Reason, counted))
 	}

@@ -253,8 +253,11 @@ func (p *Producer) Enqueue(ctx context.Context, queue, jobType string, payload a
 // declaration (a stall: flow control, an overloaded broker), EnqueueAfter
 // declares the queue again before it returns, and if even that comes
 // after the queue may have expired, it sends the job again: the job may
-// then be enqueued twice, never lost. If it cannot be sure, it returns an
-// error that says the job may or may not have been enqueued.
+// then be enqueued twice, never lost. A job that finds the hold queue
+// already expired (it waited twice the delay step for a channel) is
+// returned by the broker, and sent again with a new declaration. If it
+// cannot be sure, it returns an error that says the job may or may not
+// have been enqueued.
 func (p *Producer) EnqueueAfter(ctx context.Context, queue, jobType string, payload any, delay time.Duration, opts *EnqueueOptions) (string, error) {
 	return p.enqueueHeld(ctx, queue, jobType, payload, delay, p.opts.DelayGranularity, false, opts)
 }
