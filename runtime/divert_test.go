@@ -97,14 +97,16 @@ func TestConfirmedLateMarksTheJobsConfirmedAGraceAfterTheirProbe(t *testing.T) {
 	out[3].rk = "p.a.dead"
 	nacked := errors.New("nacked")
 	errs := []error{nil, nil, nacked, nil, nil}
-	confirmedAt := []time.Time{
+	for i, at := range []time.Time{
 		probed.Add(topology.DivertGrace - time.Millisecond), // in time
 		probed.Add(topology.DivertGrace),                    // late
 		probed.Add(2 * topology.DivertGrace),                // late, but nacked
 		probed.Add(2 * topology.DivertGrace),                // late, but not probed
 		{},                                                  // never confirmed
+	} {
+		out[i].confirmed = at
 	}
-	late := confirmedLate(out, []int{0, 1, 2, 3, 4}, confirmedAt, errs)
+	late := confirmedLate(out, []int{0, 1, 2, 3, 4}, errs)
 	if !slices.Equal(late, []int{1}) {
 		t.Fatalf("late = %v, want [1]", late)
 	}

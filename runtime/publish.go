@@ -367,6 +367,8 @@ type outgoing struct {
 	// probed is when the probe of the divert queue that rk was picked by
 	// was sent, when divert is set. Set by route.
 	probed time.Time
+	// confirmed is when sendOn saw the try's ack; zero until then.
+	confirmed time.Time
 }
 
 // target names where o went, for errors: the queue asked for, and the
@@ -617,8 +619,8 @@ func (p *Producer) sendOn(ctx context.Context, pc *pubChannel, out []outgoing, p
 		return pending
 	}
 	dcs := make([]*amqp.DeferredConfirmation, len(pending))
-	confirmedAt := make([]time.Time, len(pending))
 	for k, i := range pending {
+		out[i].confirmed = time.Time{}
 		dc, err := pc.ch.PublishWithDeferredConfirmWithContext(ctx, "", out[i].rk, true, false, out[i].msg)
 		if err != nil {
 			for _, j := range pending[k:] {
@@ -641,7 +643,7 @@ func (p *Producer) sendOn(ctx context.Context, pc *pubChannel, out []outgoing, p
 		i := pending[k]
 		switch {
 		case acked:
-			errs[i], confirmedAt[k] = nil, time.Now()
+			errs[i], out[i].confirmed = nil, time.Now()
 		case pc.ch.IsClosed():
 			// amqp091-go settles the confirms of a closed channel as
 			// nacks; the broker said nothing.
@@ -687,7 +689,7 @@ func (p *Producer) sendOn(ctx context.Context, pc *pubChannel, out []outgoing, p
 	// A return is final, even for a message whose confirm was lost with
 	// its channel: the unroutable retries deal with it, not a resend here.
 	retry = slices.DeleteFunc(retry, func(i int) bool { return errors.Is(errs[i], ErrUnroutable) })
-	late := confirmedLate(out, pending, confirmedAt, errs)
+	late := confirmedLate(out, pending, errs)
 	if gaveUp {
 		// Confirms still due on this channel would be mistaken for the
 		// next publisher's: throw it away. The context has ended: nothing
@@ -704,17 +706,16 @@ func (p *Producer) sendOn(ctx context.Context, pc *pubChannel, out []outgoing, p
 
 // confirmedLate sets errs[i], and returns i, for every message out[i] of
 // pending that was routed by a probe of its divert queue and confirmed
-// (at confirmedAt[k]; zero if it was not) DivertGrace or more after that
-// probe was sent. It may have reached its queue while a migration deleted
+// DivertGrace or more after that probe was sent. It may have reached its queue while a migration deleted
 // it, which RabbitMQ confirms and drops (see topology.DivertName). One
 // confirmed sooner reached its queue before the migration could delete it.
-func confirmedLate(out []outgoing, pending []int, confirmedAt []time.Time, errs []error) (late []int) {
-	for k, i := range pending {
+func confirmedLate(out []outgoing, pending []int, errs []error) (late []int) {
+	for _, i := range pending {
 		o := &out[i]
-		if errs[i] != nil || o.divert == nil || confirmedAt[k].IsZero() {
+		if errs[i] != nil || o.divert == nil || o.confirmed.IsZero() {
 			continue
 		}
-		if d := confirmedAt[k].Sub(o.probed); d >= topology.DivertGrace {
+		if d := o.confirmed.Sub(o.probed); d >= topology.DivertGrace {
 			errs[i] = fmt.Errorf("queuey: publish to %s: the job may or may not have been enqueued: it was confirmed %v after the probe of the divert queue it was routed by was sent, not within %v, so a migration may have deleted its queue under it", o.target(), d.Round(time.Millisecond), topology.DivertGrace)
 			late = append(late, i)
 		}
