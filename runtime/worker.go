@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -94,6 +95,9 @@ type poolQueue struct {
 type session struct {
 	ch  *amqp.Channel
 	tag string
+	// gone is set once the broker cancelled the consumer: its queue was
+	// deleted, with the deliveries not yet settled (see giveBack).
+	gone atomic.Bool
 }
 
 // NewWorkerPool connects to the broker at url, declares the work and
@@ -333,7 +337,7 @@ func (p *WorkerPool) consume(q *poolQueue) {
 			failures++
 			continue
 		}
-		deliveries, cancels, tag, err := p.subscribe(ch, q)
+		deliveries, cancels, s, err := p.subscribe(ch, q)
 		if err != nil {
 			_ = ch.Close()
 			if p.isStopping() {
@@ -350,14 +354,14 @@ func (p *WorkerPool) consume(q *poolQueue) {
 			p.log.Info("queuey: subscribed to the work queue again", "queue", q.work)
 		}
 		failures = 0
-		p.serve(ch, q, deliveries)
+		p.serve(ch, q, s, deliveries)
 
 		p.mu.Lock()
 		delete(p.sessions, q)
 		p.mu.Unlock()
 		switch {
 		case brokerCancelled(cancels):
-			p.log.Warn("queuey: the broker cancelled the consumer (was the work queue deleted?); resubscribing once it is back", "queue", q.work, "consumer", tag)
+			p.log.Warn("queuey: the broker cancelled the consumer (was the work queue deleted?); resubscribing once it is back", "queue", q.work, "consumer", s.tag)
 		case !p.isStopping():
 			p.log.Warn("queuey: the subscription ended (channel or connection lost); resubscribing", "queue", q.work)
 		}
@@ -380,35 +384,45 @@ func brokerCancelled(cancels <-chan string) bool {
 
 // subscribe sets the prefetch and starts a consumer on ch, registering the
 // session so that Stop can cancel it.
-func (p *WorkerPool) subscribe(ch *amqp.Channel, q *poolQueue) (<-chan amqp.Delivery, <-chan string, string, error) {
+func (p *WorkerPool) subscribe(ch *amqp.Channel, q *poolQueue) (<-chan amqp.Delivery, <-chan string, *session, error) {
 	if err := ch.Qos(q.prefetch, 0, false); err != nil {
-		return nil, nil, "", fmt.Errorf("set prefetch: %w", err)
+		return nil, nil, nil, fmt.Errorf("set prefetch: %w", err)
 	}
+	s := &session{ch: ch, tag: "queuey-" + q.work + "-" + jobutil.NewID()[:8]}
 	cancels := ch.NotifyCancel(make(chan string, 1))
-	tag := "queuey-" + q.work + "-" + jobutil.NewID()[:8]
-	deliveries, err := ch.Consume(q.work, tag, false, false, false, false, nil)
+	// A second listener marks the session the moment the cancellation
+	// arrives, for the handlers still running its jobs. amqp091-go
+	// notifies it before it closes the deliveries, and closes it with
+	// the channel, which ends this goroutine.
+	gone := ch.NotifyCancel(make(chan string, 1))
+	go func() {
+		if _, ok := <-gone; ok {
+			s.gone.Store(true)
+		}
+	}()
+	deliveries, err := ch.Consume(q.work, s.tag, false, false, false, false, nil)
 	if err != nil {
-		return nil, nil, "", err
+		return nil, nil, nil, err
 	}
 	p.mu.Lock()
 	stopping := p.stopping
 	if !stopping {
-		p.sessions[q] = &session{ch: ch, tag: tag}
+		p.sessions[q] = s
 	}
 	p.mu.Unlock()
 	if stopping {
 		// Stop ran between Consume and here and could not see this
 		// consumer: cancel it, and serve what it already pulled.
-		_ = ch.Cancel(tag, false)
+		_ = ch.Cancel(s.tag, false)
 	}
-	return deliveries, cancels, tag, nil
+	return deliveries, cancels, s, nil
 }
 
 // serve hands each delivery to a handler goroutine, bounded by the pool's
 // concurrency, until the delivery channel closes. The channel is closed in
 // the background once every delivery taken from it is settled, so that their
 // acks can still reach the broker while the next subscription starts.
-func (p *WorkerPool) serve(ch *amqp.Channel, q *poolQueue, deliveries <-chan amqp.Delivery) {
+func (p *WorkerPool) serve(ch *amqp.Channel, q *poolQueue, s *session, deliveries <-chan amqp.Delivery) {
 	var inflight sync.WaitGroup
 	p.handlers.Add(1)
 	defer func() {
@@ -424,24 +438,25 @@ func (p *WorkerPool) serve(ch *amqp.Channel, q *poolQueue, deliveries <-chan amq
 		go func() {
 			defer inflight.Done()
 			defer func() { <-p.sem }()
-			p.handle(q, d)
+			p.handle(q, s, d)
 		}()
 	}
 }
 
-// handle runs one delivery through the dispatcher and settles it.
-func (p *WorkerPool) handle(q *poolQueue, d amqp.Delivery) {
+// handle runs one delivery of session s through the dispatcher and settles
+// it.
+func (p *WorkerPool) handle(q *poolQueue, s *session, d amqp.Delivery) {
 	start := time.Now()
 	o := p.disp.Dispatch(p.jobCtx, q.name, d.Body)
-	p.settle(q, d, o, time.Since(start))
+	p.settle(q, s, d, o, time.Since(start))
 }
 
 // settle carries out an outcome: for anything but an ack, it publishes first
 // and acknowledges only once the broker confirmed the publish. A delivery
 // whose publish failed is returned to its queue.
-func (p *WorkerPool) settle(q *poolQueue, d amqp.Delivery, o Outcome, took time.Duration) {
+func (p *WorkerPool) settle(q *poolQueue, s *session, d amqp.Delivery, o Outcome, took time.Duration) {
 	if o.Action == ActionRequeue {
-		if err := d.Nack(false, true); err != nil {
+		if err := p.giveBack(q, s, d, o); err != nil {
 			p.log.Warn("queuey: could not return an interrupted job; the broker will deliver it again when the channel closes", "queue", q.work, "job_id", o.Job.ID, "error", err)
 		}
 		p.log.Warn("queuey: job interrupted by the shutdown; returned to the queue at the same attempt", "queue", q.work, "job_id", o.Job.ID, "job_type", o.Job.Type, "attempt", o.Job.Attempt, "duration", took)
@@ -471,7 +486,7 @@ func (p *WorkerPool) settle(q *poolQueue, d amqp.Delivery, o Outcome, took time.
 			env.Priority = q.maxPriority
 		}
 		if err := p.pub.publishEnvelopeWith(ctx, env, o.HoldTTL.Milliseconds(), withoutDeadLetterHeaders(d.Headers)); err != nil {
-			p.requeue(d, q, o, err)
+			p.requeue(d, q, s, o, err)
 			return
 		}
 		p.ack(d, q, o)
@@ -488,7 +503,7 @@ func (p *WorkerPool) settle(q *poolQueue, d amqp.Delivery, o Outcome, took time.
 		}
 		p.runDeadLetterHook(ctx, DeadLetter{Body: d.Body, Err: o.Err, Job: o.Job, Queue: q.work, Reason: o.Reason})
 		if err := p.pub.publishRaw(ctx, q.dead, deadLetterPublishing(d, o.Reason, q.work, attempts)); err != nil {
-			p.requeue(d, q, o, err)
+			p.requeue(d, q, s, o, err)
 			return
 		}
 		p.ack(d, q, o)
@@ -507,7 +522,7 @@ func (p *WorkerPool) ack(d amqp.Delivery, q *poolQueue, o Outcome) {
 // requeue returns a delivery whose republish failed to its queue. It waits a
 // moment first (unless the pool is stopping), so that a broker that keeps
 // refusing the publish does not turn the delivery into a hot loop.
-func (p *WorkerPool) requeue(d amqp.Delivery, q *poolQueue, o Outcome, err error) {
+func (p *WorkerPool) requeue(d amqp.Delivery, q *poolQueue, s *session, o Outcome, err error) {
 	p.log.Error("queuey: could not publish the job's "+o.Action.String()+"; returning the delivery to the queue", "queue", q.work, "job_id", o.Job.ID, "error", err)
 	t := time.NewTimer(time.Second)
 	select {
@@ -515,8 +530,52 @@ func (p *WorkerPool) requeue(d amqp.Delivery, q *poolQueue, o Outcome, err error
 	case <-p.stopCtx.Done():
 		t.Stop()
 	}
-	if nerr := d.Nack(false, true); nerr != nil {
+	if nerr := p.giveBack(q, s, d, o); nerr != nil {
 		p.log.Warn("queuey: could not return the delivery; the broker will deliver it again when the channel closes", "queue", q.work, "job_id", o.Job.ID, "error", nerr)
+	}
+}
+
+// giveBack returns delivery d of session s to its work queue unsettled:
+// with a requeue (basic.nack), or, once the broker has cancelled the
+// session's consumer because the queue was deleted (a migration replacing
+// it), by publishing it to the work queue again and acknowledging it. A
+// requeue then would drop it: the queue that delivered it is gone, and
+// deleting a queue discards the deliveries its consumers hold. The publish
+// goes where a producer's would, into the migration queue while the
+// migration runs. A requeue sent just before the cancellation arrives can
+// still cross the deletion.
+func (p *WorkerPool) giveBack(q *poolQueue, s *session, d amqp.Delivery, o Outcome) error {
+	if !s.gone.Load() {
+		return d.Nack(false, true)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+	defer cancel()
+	if err := p.pub.publishRaw(ctx, q.work, givenBackPublishing(d)); err != nil {
+		p.log.Error("queuey: the job's queue was deleted while the job ran, and publishing the job to it again failed: the job is lost", "queue", q.work, "job_id", o.Job.ID, "error", err)
+		return d.Nack(false, true)
+	}
+	p.ack(d, q, o)
+	return nil
+}
+
+// givenBackPublishing is d as it was delivered, for giveBack: the same job
+// at the same attempt, with every property but UserId (the broker refuses
+// one that is not the publishing connection's user).
+func givenBackPublishing(d amqp.Delivery) amqp.Publishing {
+	return amqp.Publishing{
+		Headers:         d.Headers,
+		ContentType:     d.ContentType,
+		ContentEncoding: d.ContentEncoding,
+		DeliveryMode:    d.DeliveryMode,
+		Priority:        d.Priority,
+		CorrelationId:   d.CorrelationId,
+		ReplyTo:         d.ReplyTo,
+		Expiration:      d.Expiration,
+		MessageId:       d.MessageId,
+		Timestamp:       d.Timestamp,
+		Type:            d.Type,
+		AppId:           d.AppId,
+		Body:            d.Body,
 	}
 }
 

@@ -1109,3 +1109,79 @@ func TestIntegrationWorkerStopTimeoutRequeuesRunningJobs(t *testing.T) {
 		t.Errorf("%d interrupted jobs logged, want 3", n)
 	}
 }
+
+// Regression: deleting a queue discards the deliveries its consumers hold,
+// and a migration deletes the work queue while workers run jobs from it
+// (if-empty counts only ready messages). A job given back unsettled after
+// that (here: interrupted by a Stop whose context ended) was requeued into
+// the deleted queue, and lost. It is now published again, into the
+// migration queue while the migration runs, and acknowledged.
+func TestIntegrationWorkerGivesBackJobsOfADeletedQueueByPublishingThem(t *testing.T) {
+	t.Parallel()
+	e := wkSetup(t, "giveback")
+	set := e.set(queuey.QueueConfig{Name: "jobs", Prefetch: 3, MaxPriority: queuey.NoPriority})
+	work := set.WorkQueue("jobs")
+	var started wkRuns
+	ws := queuey.NewWorkers()
+	queuey.AddWorker(ws, queuey.WorkFunc[wkOK](func(ctx context.Context, j *queuey.Job[wkOK]) error {
+		started.add(j.JobContext)
+		<-ctx.Done() // runs until cancelled
+		return ctx.Err()
+	}))
+	p := e.producer(set)
+	ids := map[string]bool{}
+	for i := range 3 {
+		id, err := queuey.EnqueueJob(context.Background(), p, wkOK{wkArgs{ID: i}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[id] = true
+	}
+	pool := e.start(set, ws, &queuey.WorkerOptions{})
+	wkEventually(t, 10*time.Second, func() bool { return started.len() == 3 }, "three jobs running")
+
+	// What a migration does up to the deletion: the migration queue, the
+	// divert queue, the grace, then the work queue deleted if empty.
+	ch, err := e.conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	migration := topology.MigrationName(work)
+	if _, err := ch.QueueDeclare(migration, true, false, false, false, amqp.Table(topology.MigrationArgs())); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare(topology.DivertName(work), topology.DivertDurable, false, false, false, amqp.Table(topology.DivertArgs())); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(topology.DivertGrace)
+	if n, err := ch.QueueDelete(work, false, true, false); err != nil || n != 0 {
+		t.Fatalf("delete %s if empty = %d, %v; want 0 ready messages deleted (the 3 jobs are in the worker's hands)", work, n, err)
+	}
+	wkEventually(t, 5*time.Second, func() bool { return len(e.log.find("the broker cancelled the consumer")) > 0 }, "the pool saw its consumer cancelled")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if err := pool.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Stop = %v, want the context's deadline", err)
+	}
+	got := map[string]int{}
+	for _, d := range e.getAll(migration) {
+		var env queuey.Envelope
+		if err := json.Unmarshal(d.Body, &env); err != nil {
+			t.Fatal(err)
+		}
+		if env.Attempt != 1 {
+			t.Errorf("job %s came back at attempt %d, want 1", d.MessageId, env.Attempt)
+		}
+		got[d.MessageId]++
+	}
+	if len(got) != len(ids) {
+		t.Errorf("%s holds %v by job id, want each of the 3 jobs the worker was running: %v", migration, got, ids)
+	}
+	for id, n := range got {
+		if !ids[id] || n != 1 {
+			t.Errorf("%s holds %d copies of job %s, want 1 of each job enqueued", migration, n, id)
+		}
+	}
+}
