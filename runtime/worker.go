@@ -550,33 +550,16 @@ func (p *WorkerPool) giveBack(q *poolQueue, s *session, d amqp.Delivery, o Outco
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
 	defer cancel()
-	if err := p.pub.publishRaw(ctx, q.work, givenBackPublishing(d)); err != nil {
+	msg := topology.Republishing(d)
+	// The broker refuses a user id that is not the publishing
+	// connection's user.
+	msg.UserId = ""
+	if err := p.pub.publishRaw(ctx, q.work, msg); err != nil {
 		p.log.Error("queuey: the job's queue was deleted while the job ran, and publishing the job to it again failed: the job is lost", "queue", q.work, "job_id", o.Job.ID, "error", err)
 		return d.Nack(false, true)
 	}
 	p.ack(d, q, o)
 	return nil
-}
-
-// givenBackPublishing is d as it was delivered, for giveBack: the same job
-// at the same attempt, with every property but UserId (the broker refuses
-// one that is not the publishing connection's user).
-func givenBackPublishing(d amqp.Delivery) amqp.Publishing {
-	return amqp.Publishing{
-		Headers:         d.Headers,
-		ContentType:     d.ContentType,
-		ContentEncoding: d.ContentEncoding,
-		DeliveryMode:    d.DeliveryMode,
-		Priority:        d.Priority,
-		CorrelationId:   d.CorrelationId,
-		ReplyTo:         d.ReplyTo,
-		Expiration:      d.Expiration,
-		MessageId:       d.MessageId,
-		Timestamp:       d.Timestamp,
-		Type:            d.Type,
-		AppId:           d.AppId,
-		Body:            d.Body,
-	}
 }
 
 // runDeadLetterHook runs OnDeadLetter, recovering its panic.

@@ -251,3 +251,26 @@ func HoldArgs(work string, ttlMs int64) map[string]any {
 		ArgExpires:              2 * ttlMs,
 	}
 }
+
+// Republishing is d, a delivered message, as a message to publish again with
+// every property kept: what a migration moves, and what a worker gives back
+// once the queue that delivered it is gone. The redelivered flag and the
+// delivery tag belong to the delivery, not the message, and do not travel.
+func Republishing(d amqp.Delivery) amqp.Publishing {
+	return amqp.Publishing{
+		Headers:         d.Headers,
+		ContentType:     d.ContentType,
+		ContentEncoding: d.ContentEncoding,
+		DeliveryMode:    d.DeliveryMode,
+		Priority:        d.Priority,
+		CorrelationId:   d.CorrelationId,
+		ReplyTo:         d.ReplyTo,
+		Expiration:      d.Expiration,
+		MessageId:       d.MessageId,
+		Timestamp:       d.Timestamp,
+		Type:            d.Type,
+		UserId:          d.UserId,
+		AppId:           d.AppId,
+		Body:            d.Body,
+	}
+}

@@ -667,7 +667,7 @@ func (m *migration) moveAtMost(from, to string, limit int) (int, error) {
 		}
 		dcs := make([]*amqp.DeferredConfirmation, len(batch))
 		for i, d := range batch {
-			dc, err := pub.PublishWithDeferredConfirmWithContext(m.ctx, "", to, true, false, publishing(d))
+			dc, err := pub.PublishWithDeferredConfirmWithContext(m.ctx, "", to, true, false, topology.Republishing(d))
 			if err != nil {
 				return moved, fmt.Errorf("publish to %q: %w", to, err)
 			}
@@ -701,26 +701,4 @@ func (m *migration) moveAtMost(from, to string, limit int) (int, error) {
 		moved += len(batch)
 	}
 	return moved, nil
-}
-
-// publishing is d as a message to publish again, every property kept.
-// The redelivered flag and the delivery tag belong to the delivery, not the
-// message, and do not travel.
-func publishing(d amqp.Delivery) amqp.Publishing {
-	return amqp.Publishing{
-		Headers:         d.Headers,
-		ContentType:     d.ContentType,
-		ContentEncoding: d.ContentEncoding,
-		DeliveryMode:    d.DeliveryMode,
-		Priority:        d.Priority,
-		CorrelationId:   d.CorrelationId,
-		ReplyTo:         d.ReplyTo,
-		Expiration:      d.Expiration,
-		MessageId:       d.MessageId,
-		Timestamp:       d.Timestamp,
-		Type:            d.Type,
-		UserId:          d.UserId,
-		AppId:           d.AppId,
-		Body:            d.Body,
-	}
 }
