@@ -1051,6 +1051,19 @@ type wkOther struct{ wkArgs }
 func (wkOther) Kind() string  { return "wk.other" }
 func (wkOther) Queue() string { return "other" }
 
+// wkUntilCancelled is a worker for wkOK whose jobs run until their context
+// is cancelled, with the record of the jobs started.
+func wkUntilCancelled() (*queuey.Workers, *wkRuns) {
+	var started wkRuns
+	ws := queuey.NewWorkers()
+	queuey.AddWorker(ws, queuey.WorkFunc[wkOK](func(ctx context.Context, j *queuey.Job[wkOK]) error {
+		started.add(j.JobContext)
+		<-ctx.Done()
+		return ctx.Err()
+	}))
+	return ws, &started
+}
+
 // A Stop whose context ends before the jobs do cancels the handlers and
 // returns their jobs to the work queue as they were: a shutdown is not an
 // attempt, so a job on its last attempt is not dead-lettered (it was, when
@@ -1060,13 +1073,7 @@ func TestIntegrationWorkerStopTimeoutRequeuesRunningJobs(t *testing.T) {
 	e := wkSetup(t, "hardstop")
 	set := e.set(queuey.QueueConfig{Name: "jobs", Prefetch: 3})
 	work := set.WorkQueue("jobs")
-	var started wkRuns
-	ws := queuey.NewWorkers()
-	queuey.AddWorker(ws, queuey.WorkFunc[wkOK](func(ctx context.Context, j *queuey.Job[wkOK]) error {
-		started.add(j.JobContext)
-		<-ctx.Done() // runs until cancelled
-		return ctx.Err()
-	}))
+	ws, started := wkUntilCancelled()
 	p := e.producer(set)
 	for i := range 5 {
 		if _, err := queuey.EnqueueJob(context.Background(), p, wkOK{wkArgs{ID: i}}, nil); err != nil {
@@ -1121,13 +1128,7 @@ func TestIntegrationWorkerGivesBackJobsOfADeletedQueueByPublishingThem(t *testin
 	e := wkSetup(t, "giveback")
 	set := e.set(queuey.QueueConfig{Name: "jobs", Prefetch: 3, MaxPriority: queuey.NoPriority})
 	work := set.WorkQueue("jobs")
-	var started wkRuns
-	ws := queuey.NewWorkers()
-	queuey.AddWorker(ws, queuey.WorkFunc[wkOK](func(ctx context.Context, j *queuey.Job[wkOK]) error {
-		started.add(j.JobContext)
-		<-ctx.Done() // runs until cancelled
-		return ctx.Err()
-	}))
+	ws, started := wkUntilCancelled()
 	p := e.producer(set)
 	ids := map[string]bool{}
 	for i := range 3 {
