@@ -180,6 +180,12 @@ type Result struct {
 	// the temporary queue: from the divert queue's declaration to its
 	// deletion. Jobs they published meanwhile wait there until move-back.
 	Diverted time.Duration
+	// UserIDsDropped counts the messages moved without their user_id
+	// property because it named another user than the migration's:
+	// RabbitMQ refuses a publish whose user_id is not the publishing
+	// connection's user (unless that user has the impersonator tag), and
+	// one such message would otherwise stop every migration of the queue.
+	UserIDsDropped int
 	// Took is the whole migration.
 	Took time.Duration
 }
@@ -220,7 +226,7 @@ func Dial(amqpURL, vhost string, cfg *amqp.Config) (*amqp.Connection, error) {
 // runtime's: integers as int64 (topology.WorkArgs).
 func Migrate(ctx context.Context, ac *amqp.Connection, queue string, args map[string]any, durable bool, opts *Options) (Result, error) {
 	o := opts.resolved()
-	m := &migration{ctx: ctx, ac: ac, queue: queue, temp: topology.MigrationName(queue), divert: topology.DivertName(queue), args: args, durable: durable, opts: o}
+	m := &migration{ctx: ctx, ac: ac, user: userOf(ac), queue: queue, temp: topology.MigrationName(queue), divert: topology.DivertName(queue), args: args, durable: durable, opts: o}
 	start := time.Now()
 	m.res.Queue, m.res.Temp = m.queue, m.temp
 	err := m.run()
@@ -252,8 +258,11 @@ func Pending(ctx context.Context, ac *amqp.Connection, queue string) (bool, int,
 }
 
 type migration struct {
-	ctx     context.Context
-	ac      *amqp.Connection
+	ctx context.Context
+	ac  *amqp.Connection
+	// user is the user ac authenticated as, "" when it is not known
+	// (EXTERNAL authentication: a client certificate).
+	user    string
 	queue   string
 	temp    string
 	divert  string
@@ -667,7 +676,7 @@ func (m *migration) moveAtMost(from, to string, limit int) (int, error) {
 		}
 		dcs := make([]*amqp.DeferredConfirmation, len(batch))
 		for i, d := range batch {
-			dc, err := pub.PublishWithDeferredConfirmWithContext(m.ctx, "", to, true, false, topology.Republishing(d))
+			dc, err := pub.PublishWithDeferredConfirmWithContext(m.ctx, "", to, true, false, m.republishing(d))
 			if err != nil {
 				return moved, fmt.Errorf("publish to %q: %w", to, err)
 			}
@@ -701,4 +710,30 @@ func (m *migration) moveAtMost(from, to string, limit int) (int, error) {
 		moved += len(batch)
 	}
 	return moved, nil
+}
+
+// republishing is d as the move publishes it: every property kept
+// (topology.Republishing), except a user_id that names another user than the
+// migration's, which RabbitMQ would refuse, closing the channel.
+func (m *migration) republishing(d amqp.Delivery) amqp.Publishing {
+	msg := topology.Republishing(d)
+	if msg.UserId != "" && m.user != "" && msg.UserId != m.user {
+		msg.UserId = ""
+		m.res.UserIDsDropped++
+	}
+	return msg
+}
+
+// userOf is the user ac authenticated as with a username and password, or
+// "" when it used another mechanism.
+func userOf(ac *amqp.Connection) string {
+	for _, a := range ac.Config.SASL {
+		switch a := a.(type) {
+		case *amqp.PlainAuth:
+			return a.Username
+		case *amqp.AMQPlainAuth:
+			return a.Username
+		}
+	}
+	return ""
 }

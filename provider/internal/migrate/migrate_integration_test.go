@@ -551,3 +551,72 @@ func TestIntegrationMigrateRemovesAStrayDivertQueue(t *testing.T) {
 		t.Errorf("%s is still there", topology.DivertName(q))
 	}
 }
+
+// Regression: RabbitMQ refuses a publish whose user_id is not the
+// publishing connection's user, closing the channel, so one message
+// published by another user with its user_id set stopped every migration
+// of its queue ("channel/connection is not open"), leaving the divert queue
+// in place. The move drops such a user_id, and keeps the migration's own.
+func TestIntegrationMigrateMovesAMessageWithAnotherUsersUserID(t *testing.T) {
+	t.Parallel()
+	b := newMigBroker(t)
+	other, password := b.prefix+"-alice", "alice-secret"
+	if _, err := b.api.PutUser(other, rabbithole.UserSettings{Password: password, Tags: rabbithole.UserTags{}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, err := b.api.DeleteUser(other); err != nil {
+			t.Errorf("cleanup: delete user %s: %v", other, err)
+		}
+	})
+	if _, err := b.api.UpdatePermissionsIn(b.vhost, other, rabbithole.Permissions{Configure: ".*", Write: ".*", Read: ".*"}); err != nil {
+		t.Fatal(err)
+	}
+	q := b.prefix + ".jobs"
+	b.declare(q, true, map[string]any{})
+	u, err := url.Parse(b.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := u.User.Username()
+	u.User = url.UserPassword(other, password)
+	ac, err := amqp.Dial(u.String())
+	if err != nil {
+		t.Fatalf("connect as %s: %v", other, err)
+	}
+	defer func() { _ = ac.Close() }()
+	ch, err := ac.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, user := range map[string]string{"theirs": other, "ours": own, "none": ""} {
+		msg := amqp.Publishing{MessageId: id, UserId: user, Body: []byte(id)}
+		if user == own {
+			// Only the migration's user may publish its user_id.
+			err = b.channel().Publish("", q, true, false, msg)
+		} else {
+			err = ch.Publish("", q, true, false, msg)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	count := func() int { _, n := b.exists(q); return n }
+	for deadline := time.Now().Add(5 * time.Second); count() != 3 && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	res, err := Migrate(t.Context(), b.dial(), q, priority10, true, nil)
+	if err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	if res.MovedBack != 3 || res.UserIDsDropped != 1 {
+		t.Errorf("moved back %d, dropped %d user ids; want 3 and 1", res.MovedBack, res.UserIDsDropped)
+	}
+	got, _, _ := b.drain(q)
+	for id, want := range map[string]string{"theirs": "", "ours": own, "none": ""} {
+		if d, ok := got[id]; !ok || d.UserId != want || string(d.Body) != id {
+			t.Errorf("message %s after the migration: present %v, user_id %q, body %q; want user_id %q", id, ok, d.UserId, d.Body, want)
+		}
+	}
+}
