@@ -10,7 +10,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -95,9 +94,28 @@ type poolQueue struct {
 type session struct {
 	ch  *amqp.Channel
 	tag string
-	// gone is set once the broker cancelled the consumer: its queue was
+	// cancels hears the broker cancel the consumer: its queue was
 	// deleted, with the deliveries not yet settled (see giveBack).
-	gone atomic.Bool
+	cancels <-chan string
+	mu      sync.Mutex
+	gone    bool // a cancellation was read from cancels; under mu
+}
+
+// cancelled reports whether the broker has cancelled s's consumer, as far
+// as amqp091-go has handed it over: it notifies cancels before it closes
+// the consumer's deliveries, so a cancellation the client has read by now
+// is seen here.
+func (s *session) cancelled() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.gone && s.cancels != nil {
+		select {
+		case _, ok := <-s.cancels:
+			s.gone = ok
+		default:
+		}
+	}
+	return s.gone
 }
 
 // NewWorkerPool connects to the broker at url, declares the work and
@@ -390,16 +408,9 @@ func (p *WorkerPool) subscribe(ch *amqp.Channel, q *poolQueue) (<-chan amqp.Deli
 	}
 	s := &session{ch: ch, tag: "queuey-" + q.work + "-" + jobutil.NewID()[:8]}
 	cancels := ch.NotifyCancel(make(chan string, 1))
-	// A second listener marks the session the moment the cancellation
-	// arrives, for the handlers still running its jobs. amqp091-go
-	// notifies it before it closes the deliveries, and closes it with
-	// the channel, which ends this goroutine.
-	gone := ch.NotifyCancel(make(chan string, 1))
-	go func() {
-		if _, ok := <-gone; ok {
-			s.gone.Store(true)
-		}
-	}()
+	// A second listener, for the handlers still running the session's
+	// jobs (session.cancelled).
+	s.cancels = ch.NotifyCancel(make(chan string, 1))
 	deliveries, err := ch.Consume(q.work, s.tag, false, false, false, false, nil)
 	if err != nil {
 		return nil, nil, nil, err
@@ -456,10 +467,9 @@ func (p *WorkerPool) handle(q *poolQueue, s *session, d amqp.Delivery) {
 // whose publish failed is returned to its queue.
 func (p *WorkerPool) settle(q *poolQueue, s *session, d amqp.Delivery, o Outcome, took time.Duration) {
 	if o.Action == ActionRequeue {
-		if err := p.giveBack(q, s, d, o); err != nil {
-			p.log.Warn("queuey: could not return an interrupted job; the broker will deliver it again when the channel closes", "queue", q.work, "job_id", o.Job.ID, "error", err)
+		if p.giveBack(q, s, d, o) {
+			p.log.Warn("queuey: job interrupted by the shutdown; returned to the queue at the same attempt", "queue", q.work, "job_id", o.Job.ID, "job_type", o.Job.Type, "attempt", o.Job.Attempt, "duration", took)
 		}
-		p.log.Warn("queuey: job interrupted by the shutdown; returned to the queue at the same attempt", "queue", q.work, "job_id", o.Job.ID, "job_type", o.Job.Type, "attempt", o.Job.Attempt, "duration", took)
 		return
 	}
 	if o.Action == ActionAck {
@@ -530,9 +540,7 @@ func (p *WorkerPool) requeue(d amqp.Delivery, q *poolQueue, s *session, o Outcom
 	case <-p.stopCtx.Done():
 		t.Stop()
 	}
-	if nerr := p.giveBack(q, s, d, o); nerr != nil {
-		p.log.Warn("queuey: could not return the delivery; the broker will deliver it again when the channel closes", "queue", q.work, "job_id", o.Job.ID, "error", nerr)
-	}
+	p.giveBack(q, s, d, o)
 }
 
 // giveBack returns delivery d of session s to its work queue unsettled:
@@ -543,10 +551,14 @@ func (p *WorkerPool) requeue(d amqp.Delivery, q *poolQueue, s *session, o Outcom
 // deleting a queue discards the deliveries its consumers hold. The publish
 // goes where a producer's would, into the migration queue while the
 // migration runs. A requeue sent just before the cancellation arrives can
-// still cross the deletion.
-func (p *WorkerPool) giveBack(q *poolQueue, s *session, d amqp.Delivery, o Outcome) error {
-	if !s.gone.Load() {
-		return d.Nack(false, true)
+// still cross the deletion. giveBack logs its failures, and reports whether
+// the job is back in its queue, or will be once the channel closes.
+func (p *WorkerPool) giveBack(q *poolQueue, s *session, d amqp.Delivery, o Outcome) bool {
+	if !s.cancelled() {
+		if err := d.Nack(false, true); err != nil {
+			p.log.Warn("queuey: could not return the job to its queue; the broker will deliver it again when the channel closes", "queue", q.work, "job_id", o.Job.ID, "error", err)
+		}
+		return true
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
 	defer cancel()
@@ -555,11 +567,12 @@ func (p *WorkerPool) giveBack(q *poolQueue, s *session, d amqp.Delivery, o Outco
 	// connection's user.
 	msg.UserId = ""
 	if err := p.pub.publishRaw(ctx, q.work, msg); err != nil {
-		p.log.Error("queuey: the job's queue was deleted while the job ran, and publishing the job to it again failed: the job is lost", "queue", q.work, "job_id", o.Job.ID, "error", err)
-		return d.Nack(false, true)
+		// A requeue would drop it too: leave it to the channel's close.
+		p.log.Error("queuey: the job's queue was deleted while the job ran, and publishing the job to it again failed: unless a try of that publish reached the queue after all, the job is lost", "queue", q.work, "job_id", o.Job.ID, "error", err)
+		return false
 	}
 	p.ack(d, q, o)
-	return nil
+	return true
 }
 
 // runDeadLetterHook runs OnDeadLetter, recovering its panic.
