@@ -401,3 +401,61 @@ func TestIntegrationPublishesGoOnWhileProbesAreAnsweredLate(t *testing.T) {
 		})
 	}
 }
+
+// The grace counts from the probe's sending, not from the job's: a job
+// routed by a probe answered 450 ms after it was sent, and then stalled
+// 700 ms between its write and its confirm, was confirmed 700 ms after it
+// was written but more than DivertGrace after its probe, and is sent again.
+func TestIntegrationJobLateCountsFromItsProbeNotItsWrite(t *testing.T) {
+	t.Parallel()
+	e := setupDivert(t, nil)
+	ctx := testCtx(t)
+	var probes, writes atomic.Int32
+	e.p.hooks.probed = func() {
+		if probes.Add(1) == 1 {
+			time.Sleep(450 * time.Millisecond)
+		}
+	}
+	e.p.hooks.sent = func() {
+		if writes.Add(1) == 1 {
+			time.Sleep(700 * time.Millisecond)
+		}
+	}
+	id, err := e.p.Enqueue(ctx, "jobs", "k", 1, nil)
+	if err != nil {
+		t.Fatalf("Enqueue: %v", err)
+	}
+	if n := e.p.lateConfirms.Load(); n != 1 {
+		t.Errorf("%d late confirms, want 1", n)
+	}
+	for i := range 2 {
+		if d, ok := e.b.get(e.ch, e.work); !ok || d.MessageId != id {
+			t.Errorf("copy %d of the job in %s: %q, %v; want %s", i+1, e.work, d.MessageId, ok, id)
+		}
+	}
+}
+
+// A job confirmed too late, whose next try then fails otherwise (here its
+// queue is diverted meanwhile into a migration queue that refuses it), is
+// not reported as simply refused: the error says the first copy may have
+// been enqueued, and it was.
+func TestIntegrationFailureAfterALateConfirmSaysTheJobMayBeEnqueued(t *testing.T) {
+	t.Parallel()
+	e := setupDivert(t, nil)
+	ctx := testCtx(t)
+	var writes atomic.Int32
+	e.p.hooks.sent = func() {
+		if writes.Add(1) == 1 {
+			time.Sleep(topology.DivertGrace + 100*time.Millisecond)
+			e.b.declare(e.migration, true, topology.DivertArgs()) // refuses every message
+			e.b.declare(e.divert, topology.DivertDurable, topology.DivertArgs())
+		}
+	}
+	_, err := e.p.Enqueue(ctx, "jobs", "k", 1, nil)
+	if !errors.Is(err, ErrNacked) || !strings.Contains(err.Error(), "an earlier try may have enqueued the job") {
+		t.Fatalf("Enqueue = %v, want ErrNacked saying an earlier try may have enqueued the job", err)
+	}
+	if n := e.b.count(e.ch, e.work); n != 1 {
+		t.Errorf("%s holds %d copies, want the first try's 1", e.work, n)
+	}
+}

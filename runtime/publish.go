@@ -369,6 +369,9 @@ type outgoing struct {
 	probed time.Time
 	// confirmed is when sendOn saw the try's ack; zero until then.
 	confirmed time.Time
+	// maybeErr is the error of the latest try that may have enqueued the
+	// message all the same, nil if none did (see publishRetrying).
+	maybeErr error
 }
 
 // target names where o went, for errors: the queue asked for, and the
@@ -404,7 +407,21 @@ const (
 // or dead-letter queue of the producer's set: such a queue exists unless it
 // is being migrated, which leaves it absent for moments. The queue is the
 // one the caller asked for, whatever routing key a diverted try used.
+//
+// A job whose last try failed after an earlier try may have enqueued it (its
+// channel closed before the confirm, or it was confirmed too late to trust)
+// gets an error that says so, whatever the last try's was.
 func (p *Producer) publishRetrying(ctx context.Context, out []outgoing, errs []error) {
+	p.publishUntilRouted(ctx, out, errs)
+	for i, err := range errs {
+		if m := out[i].maybeErr; err != nil && m != nil && err != m {
+			errs[i] = fmt.Errorf("%w; an earlier try may have enqueued the job all the same: %v", err, m)
+		}
+	}
+}
+
+// publishUntilRouted is publishRetrying without the last paragraph.
+func (p *Producer) publishUntilRouted(ctx context.Context, out []outgoing, errs []error) {
 	p.publishChunk(ctx, out, errs)
 	if p.opts.UnroutableRetry <= 0 || p.queues == nil {
 		return
@@ -439,6 +456,9 @@ func (p *Producer) publishRetrying(ctx context.Context, out []outgoing, errs []e
 		p.publishChunk(ctx, sub, subErrs)
 		for k, i := range again {
 			errs[i] = subErrs[k]
+			if sub[k].maybeErr != nil {
+				out[i].maybeErr = sub[k].maybeErr
+			}
 		}
 	}
 }
@@ -648,6 +668,7 @@ func (p *Producer) sendOn(ctx context.Context, pc *pubChannel, out []outgoing, p
 			// amqp091-go settles the confirms of a closed channel as
 			// nacks; the broker said nothing.
 			errs[i] = fmt.Errorf("queuey: publish to %s: the channel closed before the broker confirmed the job, which may or may not have been enqueued: %w", out[i].target(), amqp.ErrClosed)
+			out[i].maybeErr = errs[i]
 			retry = append(retry, i)
 		default:
 			errs[i] = fmt.Errorf("queuey: publish to %s: %w", out[i].target(), ErrNacked)
@@ -717,6 +738,7 @@ func confirmedLate(out []outgoing, pending []int, errs []error) (late []int) {
 		}
 		if d := o.confirmed.Sub(o.probed); d >= topology.DivertGrace {
 			errs[i] = fmt.Errorf("queuey: publish to %s: the job may or may not have been enqueued: it was confirmed %v after the probe of the divert queue it was routed by was sent, not within %v, so a migration may have deleted its queue under it", o.target(), d.Round(time.Millisecond), topology.DivertGrace)
+			o.maybeErr = errs[i]
 			late = append(late, i)
 		}
 	}

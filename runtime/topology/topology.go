@@ -152,10 +152,15 @@ func MigrationArgs() map[string]any { return map[string]any{} }
 //     have reached a queue while it was deleted, and is sent again.
 //   - A migration declares the migration queue, then the divert queue, and
 //     deletes work no sooner than DivertGrace after the divert queue's
-//     declaration: by then no producer publishes to work any more.
+//     declaration returned: every probe that found no divert queue was
+//     sent before that, so a publish it routed and that counts as done
+//     reached work before the deletion. A producer stalled past that may
+//     still publish to work, but its publish is confirmed late and sent
+//     again.
 //   - It deletes the divert queue once work is declared again with its new
 //     arguments, and deletes the migration queue no sooner than DivertGrace
-//     after that: by then no producer publishes into it any more.
+//     after that deletion returned, by the same argument for the publishes
+//     routed into the migration queue.
 //
 // Only work queues are diverted: dead-letter queues have fixed arguments and
 // are never migrated.

@@ -102,8 +102,9 @@ type Options struct {
 	MaxRounds int
 	// Grace is how long the migration waits after declaring the divert
 	// queue before it deletes q, and after deleting the divert queue before
-	// it deletes the temporary queue, so that queuey producers have stopped
-	// publishing to the queue it deletes (see topology.DivertName).
+	// it deletes the temporary queue, so that every queuey producer's
+	// publish to the queue it deletes either arrived before or is sent
+	// again (see topology.DivertName).
 	// Defaults to topology.DivertGrace; shorter is safe only when no queuey
 	// producer publishes to q during the migration.
 	Grace time.Duration
