@@ -783,8 +783,13 @@ func (r *queueSetResource) replaceQueue(ctx context.Context, vhost string, d dec
 	}
 	tflog.Info(ctx, "queue migrated", map[string]any{
 		"queue": d.name, "found": string(res.Found), "moved_aside": res.MovedAside, "moved_back": res.MovedBack,
-		"absent_ms": res.Absent.Milliseconds(), "took_ms": res.Took.Milliseconds(),
+		"absent_ms": res.Absent.Milliseconds(), "took_ms": res.Took.Milliseconds(), "user_ids_dropped": res.UserIDsDropped,
 	})
+	if res.UserIDsDropped > 0 {
+		tflog.Warn(ctx, "queue migrated with messages whose user_id named another user than the provider's AMQP user; RabbitMQ refuses to publish those, so they were moved without it", map[string]any{
+			"queue": d.name, "messages": res.UserIDsDropped,
+		})
+	}
 	return nil
 }
 
