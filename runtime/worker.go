@@ -104,7 +104,11 @@ type session struct {
 // cancelled reports whether the broker has cancelled s's consumer, as far
 // as amqp091-go has handed it over: it notifies cancels before it closes
 // the consumer's deliveries, so a cancellation the client has read by now
-// is seen here.
+// is seen here, by the handlers still running the session's jobs and by
+// consume once the deliveries have ended. amqp091-go sends the consumer's
+// tag when the broker cancels it, and closes cancels when the channel shuts
+// down for any reason, a lost connection included: only a value is a
+// cancellation.
 func (s *session) cancelled() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -355,7 +359,7 @@ func (p *WorkerPool) consume(q *poolQueue) {
 			failures++
 			continue
 		}
-		deliveries, cancels, s, err := p.subscribe(ch, q)
+		deliveries, s, err := p.subscribe(ch, q)
 		if err != nil {
 			_ = ch.Close()
 			if p.isStopping() {
@@ -378,7 +382,7 @@ func (p *WorkerPool) consume(q *poolQueue) {
 		delete(p.sessions, q)
 		p.mu.Unlock()
 		switch {
-		case brokerCancelled(cancels):
+		case s.cancelled():
 			p.log.Warn("queuey: the broker cancelled the consumer (was the work queue deleted?); resubscribing once it is back", "queue", q.work, "consumer", s.tag)
 		case !p.isStopping():
 			p.log.Warn("queuey: the subscription ended (channel or connection lost); resubscribing", "queue", q.work)
@@ -386,34 +390,16 @@ func (p *WorkerPool) consume(q *poolQueue) {
 	}
 }
 
-// brokerCancelled reports whether the broker cancelled the consumer whose
-// cancel notifications are cancels, once its deliveries have ended.
-// amqp091-go sends the consumer's tag when the broker cancels it, and closes
-// cancels when the channel shuts down for any reason, a lost connection
-// included: only a value is a cancellation.
-func brokerCancelled(cancels <-chan string) bool {
-	select {
-	case _, ok := <-cancels:
-		return ok
-	default:
-		return false
-	}
-}
-
 // subscribe sets the prefetch and starts a consumer on ch, registering the
 // session so that Stop can cancel it.
-func (p *WorkerPool) subscribe(ch *amqp.Channel, q *poolQueue) (<-chan amqp.Delivery, <-chan string, *session, error) {
+func (p *WorkerPool) subscribe(ch *amqp.Channel, q *poolQueue) (<-chan amqp.Delivery, *session, error) {
 	if err := ch.Qos(q.prefetch, 0, false); err != nil {
-		return nil, nil, nil, fmt.Errorf("set prefetch: %w", err)
+		return nil, nil, fmt.Errorf("set prefetch: %w", err)
 	}
-	s := &session{ch: ch, tag: "queuey-" + q.work + "-" + jobutil.NewID()[:8]}
-	cancels := ch.NotifyCancel(make(chan string, 1))
-	// A second listener, for the handlers still running the session's
-	// jobs (session.cancelled).
-	s.cancels = ch.NotifyCancel(make(chan string, 1))
+	s := &session{ch: ch, tag: "queuey-" + q.work + "-" + jobutil.NewID()[:8], cancels: ch.NotifyCancel(make(chan string, 1))}
 	deliveries, err := ch.Consume(q.work, s.tag, false, false, false, false, nil)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	p.mu.Lock()
 	stopping := p.stopping
@@ -426,7 +412,7 @@ func (p *WorkerPool) subscribe(ch *amqp.Channel, q *poolQueue) (<-chan amqp.Deli
 		// consumer: cancel it, and serve what it already pulled.
 		_ = ch.Cancel(s.tag, false)
 	}
-	return deliveries, cancels, s, nil
+	return deliveries, s, nil
 }
 
 // serve hands each delivery to a handler goroutine, bounded by the pool's

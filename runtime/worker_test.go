@@ -313,20 +313,26 @@ func TestWorkerPoolRefusesPrefetchAboveTheAMQPLimit(t *testing.T) {
 // Regression: amqp091-go closes a channel's cancel notifications when the
 // channel shuts down, and the pool logged every lost connection as the
 // broker cancelling its consumer.
-func TestBrokerCancelledOnlyForACancellation(t *testing.T) {
+func TestSessionCancelledOnlyByACancellation(t *testing.T) {
 	t.Parallel()
 	closed := make(chan string, 1)
 	close(closed)
-	if brokerCancelled(closed) {
+	if (&session{cancels: closed}).cancelled() {
 		t.Error("a closed notification channel (the channel shut down) was taken for a cancellation")
 	}
-	if brokerCancelled(make(chan string, 1)) {
+	if (&session{cancels: make(chan string, 1)}).cancelled() {
 		t.Error("an empty notification channel was taken for a cancellation")
 	}
 	sent := make(chan string, 1)
 	sent <- "queuey-p.jobs-1234"
-	if !brokerCancelled(sent) {
+	s := &session{cancels: sent}
+	if !s.cancelled() {
 		t.Error("the broker's cancellation was missed")
+	}
+	// The handlers of the session and consume each ask; the one
+	// notification answers all of them.
+	if !s.cancelled() {
+		t.Error("the broker's cancellation was forgotten once read")
 	}
 }
 
