@@ -727,9 +727,10 @@ func (p *Producer) sendOn(ctx context.Context, pc *pubChannel, out []outgoing, p
 
 // confirmedLate sets errs[i], and returns i, for every message out[i] of
 // pending that was routed by a probe of its divert queue and confirmed
-// DivertGrace or more after that probe was sent. It may have reached its queue while a migration deleted
-// it, which RabbitMQ confirms and drops (see topology.DivertName). One
-// confirmed sooner reached its queue before the migration could delete it.
+// DivertGrace or more after that probe was sent. It may have reached its
+// queue while a migration deleted it, which RabbitMQ confirms and drops
+// (see topology.DivertName). One confirmed sooner reached its queue before
+// the migration could delete it.
 func confirmedLate(out []outgoing, pending []int, errs []error) (late []int) {
 	for _, i := range pending {
 		o := &out[i]

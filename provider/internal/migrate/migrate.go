@@ -35,10 +35,10 @@
 // topology.DivertGrace before each deletion, and a producer counts a publish
 // as done only if its confirm arrived within DivertGrace of the probe of the
 // divert queue it was routed by (else it sends it again), so that no queuey
-// producer's job is lost to a queue while it is deleted. Publishers that do not follow the
-// protocol (raw AMQP clients) still race the deletion, and can lose one
-// message per publish in flight at that instant: pause them (see the
-// priority-migrations guide).
+// producer's job is lost to a queue while it is deleted. Publishers that do
+// not follow the protocol (raw AMQP clients) still race the deletion, and
+// can lose one message per publish in flight at that instant: pause them
+// (see the priority-migrations guide).
 //
 // q does not exist between delete and redeclare (Result.Absent). A message
 // that a hold queue dead-letters into q in that window is dropped by the
