@@ -12,6 +12,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/queuey/terraform-provider-queuey/internal/divert"
 	"github.com/queuey/terraform-provider-queuey/runtime/topology"
 )
 
@@ -32,7 +33,7 @@ func newDivertCache(work string) *divertCache {
 // probeResult is the outcome of one probe of a divert queue.
 type probeResult struct {
 	// sentAt is when the probe was sent, with its monotonic reading: the
-	// result is trusted for topology.DivertRecheck from then, not from
+	// result is trusted for divert.Recheck from then, not from
 	// when the broker answered.
 	sentAt   time.Time
 	diverted bool
@@ -41,13 +42,13 @@ type probeResult struct {
 // fresh reports whether r may still be reused, by a publish that did not
 // wait for its probe.
 func (r *probeResult) fresh() bool {
-	return r != nil && time.Since(r.sentAt) < topology.DivertRecheck
+	return r != nil && time.Since(r.sentAt) < divert.Recheck
 }
 
 // usable reports whether a publish may still be sent by r: a probe answered
 // later than DivertRecheck (a busy broker) is not probed again at once.
 func (r *probeResult) usable() bool {
-	return r != nil && time.Since(r.sentAt) < topology.DivertUsable
+	return r != nil && time.Since(r.sentAt) < divert.Usable
 }
 
 // maxProbeRounds bounds how often a publish probes again because the result
@@ -107,13 +108,13 @@ func (p *Producer) route(ctx context.Context, pc *pubChannel, out []outgoing, pe
 			send = kept
 		}
 		// Probing one queue of a chunk can outlast another's result.
-		if oldest.IsZero() || time.Since(oldest) < topology.DivertUsable {
+		if oldest.IsZero() || time.Since(oldest) < divert.Usable {
 			return send, retry
 		}
 		if round == maxProbeRounds {
 			for _, i := range send {
 				if o := &out[i]; o.divert != nil {
-					errs[i] = fmt.Errorf("queuey: publish to %q: the probes of the divert queues of this batch took longer than %v together, and a publish may not go on an older result", o.key, topology.DivertUsable)
+					errs[i] = fmt.Errorf("queuey: publish to %q: the probes of the divert queues of this batch took longer than %v together, and a publish may not go on an older result", o.key, divert.Usable)
 				}
 			}
 			kept := send[:0:0]
@@ -138,7 +139,7 @@ func (p *Producer) divertResult(ctx context.Context, pc *pubChannel, c *divertCa
 			return r, nil
 		}
 		if round == maxProbeRounds {
-			return nil, fmt.Errorf("queuey: publish to %q: %d probes of its divert queue %q were answered more than %v after they were sent, too late to trust: is the broker overloaded?", c.work, maxProbeRounds, c.divert, topology.DivertUsable)
+			return nil, fmt.Errorf("queuey: publish to %q: %d probes of its divert queue %q were answered more than %v after they were sent, too late to trust: is the broker overloaded?", c.work, maxProbeRounds, c.divert, divert.Usable)
 		}
 		err := p.probes.do(ctx, c.work, func(ctx context.Context) error { return p.probe(ctx, pc, c) })
 		if err != nil && err == ctx.Err() {

@@ -18,6 +18,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/queuey/terraform-provider-queuey/internal/divert"
 	"github.com/queuey/terraform-provider-queuey/runtime/topology"
 )
 
@@ -90,7 +91,7 @@ func TestIntegrationDivertedEnqueuesGoToTheMigrationQueue(t *testing.T) {
 	if _, err := e.ch.QueueDelete(e.divert, false, false, false); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(topology.DivertRecheck + 50*time.Millisecond)
+	time.Sleep(divert.Recheck + 50*time.Millisecond)
 	if _, err := e.p.Enqueue(ctx, "jobs", "k", 5, nil); err != nil {
 		t.Fatalf("Enqueue after the migration: %v", err)
 	}
@@ -114,7 +115,7 @@ func TestIntegrationDivertProbesAreCached(t *testing.T) {
 	// maxProbes is how many probes n publishes that took elapsed may
 	// need: one per DivertRecheck begun. Probing on every publish (or
 	// every concurrent publish) needs n.
-	maxProbes := func(elapsed time.Duration) int64 { return 1 + int64(elapsed/topology.DivertRecheck) }
+	maxProbes := func(elapsed time.Duration) int64 { return 1 + int64(elapsed/divert.Recheck) }
 	const n = 20
 	var wg sync.WaitGroup
 	errs := make([]error, n)
@@ -135,7 +136,7 @@ func TestIntegrationDivertProbesAreCached(t *testing.T) {
 		t.Errorf("%d concurrent enqueues in %v sent %d probes, want 1 to %d", n, concurrent, got, most)
 	}
 
-	time.Sleep(topology.DivertRecheck + 50*time.Millisecond)
+	time.Sleep(divert.Recheck + 50*time.Millisecond)
 	before := e.p.probesSent.Load()
 	start = time.Now()
 	for i := range n {
@@ -310,7 +311,7 @@ func TestIntegrationJobConfirmedAGraceAfterItsProbeIsSentAgain(t *testing.T) {
 			var stalls atomic.Int32
 			e.p.hooks.sent = func() {
 				if stalls.Add(1) == 1 {
-					time.Sleep(topology.DivertGrace + 100*time.Millisecond)
+					time.Sleep(divert.Grace + 100*time.Millisecond)
 				}
 			}
 			ids, err := e.p.EnqueueBatch(ctx, []BatchJob{
@@ -352,7 +353,7 @@ func TestIntegrationJobConfirmedLateOnEveryTryFailsSayingItMayBeEnqueued(t *test
 	t.Parallel()
 	e := setupDivert(t, nil)
 	ctx := testCtx(t)
-	e.p.hooks.sent = func() { time.Sleep(topology.DivertGrace + 50*time.Millisecond) }
+	e.p.hooks.sent = func() { time.Sleep(divert.Grace + 50*time.Millisecond) }
 	_, err := e.p.Enqueue(ctx, "jobs", "k", 1, nil)
 	if err == nil || !strings.Contains(err.Error(), "may or may not have been enqueued") || !strings.Contains(err.Error(), e.work) {
 		t.Fatalf("Enqueue confirmed late every time = %v, want an error saying the job may or may not have been enqueued into %s", err, e.work)
@@ -372,7 +373,7 @@ func TestIntegrationPublishesGoOnWhileProbesAreAnsweredLate(t *testing.T) {
 	for _, tc := range []struct {
 		delay time.Duration
 		ok    bool
-	}{{300 * time.Millisecond, true}, {topology.DivertUsable + 100*time.Millisecond, false}} {
+	}{{300 * time.Millisecond, true}, {divert.Usable + 100*time.Millisecond, false}} {
 		t.Run(tc.delay.String(), func(t *testing.T) {
 			t.Parallel()
 			e := setupDivert(t, nil)
@@ -446,7 +447,7 @@ func TestIntegrationFailureAfterALateConfirmSaysTheJobMayBeEnqueued(t *testing.T
 	var writes atomic.Int32
 	e.p.hooks.sent = func() {
 		if writes.Add(1) == 1 {
-			time.Sleep(topology.DivertGrace + 100*time.Millisecond)
+			time.Sleep(divert.Grace + 100*time.Millisecond)
 			e.b.declare(e.migration, true, topology.DivertArgs()) // refuses every message
 			e.b.declare(e.divert, topology.DivertDurable, topology.DivertArgs())
 		}

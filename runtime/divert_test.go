@@ -9,7 +9,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/queuey/terraform-provider-queuey/runtime/topology"
+	"github.com/queuey/terraform-provider-queuey/internal/divert"
 )
 
 // Within DivertRecheck of a probe, route decides from the cache alone: no
@@ -98,11 +98,11 @@ func TestConfirmedLateMarksTheJobsConfirmedAGraceAfterTheirProbe(t *testing.T) {
 	nacked := errors.New("nacked")
 	errs := []error{nil, nil, nacked, nil, nil}
 	for i, at := range []time.Time{
-		probed.Add(topology.DivertGrace - time.Millisecond), // in time
-		probed.Add(topology.DivertGrace),                    // late
-		probed.Add(2 * topology.DivertGrace),                // late, but nacked
-		probed.Add(2 * topology.DivertGrace),                // late, but not probed
-		{},                                                  // never confirmed
+		probed.Add(divert.Grace - time.Millisecond), // in time
+		probed.Add(divert.Grace),                    // late
+		probed.Add(2 * divert.Grace),                // late, but nacked
+		probed.Add(2 * divert.Grace),                // late, but not probed
+		{},                                          // never confirmed
 	} {
 		out[i].confirmed = at
 	}

@@ -32,7 +32,7 @@ import (
 // to the queue go into its migration queue, which the migration moves back
 // once the queue is declared again. The producer checks for the divert queue
 // with one small publish per queue at most every 250 ms
-// (topology.DivertRecheck), and only while it publishes to that queue.
+// (divert.Recheck), and only while it publishes to that queue.
 // Delayed and deferred jobs are not diverted: they wait in hold queues, which
 // are never migrated. An undeclared producer does not check, not knowing
 // which queues are work queues: a job it publishes at the moment a migration

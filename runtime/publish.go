@@ -74,14 +74,14 @@ package queuey
 // probe: an empty, transient, mandatory message to the divert queue's name,
 // whose basic.return says there is none and whose basic.nack says there is
 // one (an ack without a return, a race with the divert queue's deletion,
-// counts as one). A result is reused for topology.DivertRecheck from when
+// counts as one). A result is reused for divert.Recheck from when
 // its probe was sent; within that, a publish reads it with one atomic load
 // and takes no lock. Past it, the next publish probes, and the publishes to
 // the same queue that need a result meanwhile wait for that probe rather
 // than send their own (probes, a singleflight). A publish never goes, to
-// either queue, on a result older than topology.DivertUsable: it probes
+// either queue, on a result older than divert.Usable: it probes
 // again. Nor does the choice end with the send: a message confirmed
-// topology.DivertGrace or more after the probe it was routed by was sent
+// divert.Grace or more after the probe it was routed by was sent
 // may have reached the work queue while a migration deleted it, and is sent
 // again, routed anew (confirmedLate). Writes held up by the kernel, the
 // broker's flow control or a stalled process thus cost a duplicate, never
@@ -114,6 +114,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/queuey/terraform-provider-queuey/internal/divert"
 	"github.com/queuey/terraform-provider-queuey/runtime/topology"
 )
 
@@ -737,8 +738,9 @@ func confirmedLate(out []outgoing, pending []int, errs []error) (late []int) {
 		if errs[i] != nil || o.divert == nil || o.confirmed.IsZero() {
 			continue
 		}
-		if d := o.confirmed.Sub(o.probed); d >= topology.DivertGrace {
-			errs[i] = fmt.Errorf("queuey: publish to %s: the job may or may not have been enqueued: it was confirmed %v after the probe of the divert queue it was routed by was sent, not within %v, so a migration may have deleted its queue under it", o.target(), d.Round(time.Millisecond), topology.DivertGrace)
+		if divert.Late(o.probed, o.confirmed) {
+			d := o.confirmed.Sub(o.probed)
+			errs[i] = fmt.Errorf("queuey: publish to %s: the job may or may not have been enqueued: it was confirmed %v after the probe of the divert queue it was routed by was sent, not within %v, so a migration may have deleted its queue under it", o.target(), d.Round(time.Millisecond), divert.Grace)
 			o.maybeErr = errs[i]
 			late = append(late, i)
 		}

@@ -14,6 +14,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/queuey/terraform-provider-queuey/internal/divert"
 	"github.com/queuey/terraform-provider-queuey/runtime/internal/jobutil"
 	"github.com/queuey/terraform-provider-queuey/runtime/topology"
 )
@@ -548,7 +549,7 @@ func (p *WorkerPool) giveBack(q *poolQueue, s *session, d amqp.Delivery, o Outco
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
 	defer cancel()
-	msg := topology.Republishing(d)
+	msg := divert.Republishing(d)
 	// The broker refuses a user id that is not the publishing
 	// connection's user.
 	msg.UserId = ""

@@ -22,6 +22,7 @@ import (
 	rabbithole "github.com/michaelklishin/rabbit-hole/v2"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/queuey/terraform-provider-queuey/internal/divert"
 	queuey "github.com/queuey/terraform-provider-queuey/runtime"
 	"github.com/queuey/terraform-provider-queuey/runtime/topology"
 )
@@ -1155,7 +1156,7 @@ func TestIntegrationWorkerGivesBackJobsOfADeletedQueueByPublishingThem(t *testin
 	if _, err := ch.QueueDeclare(topology.DivertName(work), topology.DivertDurable, false, false, false, amqp.Table(topology.DivertArgs())); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(topology.DivertGrace)
+	time.Sleep(divert.Grace)
 	if n, err := ch.QueueDelete(work, false, true, false); err != nil || n != 0 {
 		t.Fatalf("delete %s if empty = %d, %v; want 0 ready messages deleted (the 3 jobs are in the worker's hands)", work, n, err)
 	}

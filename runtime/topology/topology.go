@@ -15,21 +15,20 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// Queue arguments. The ones amqp091-go already names are re-exported so that
-// callers need one import for all of them.
+// Queue arguments. ArgMessageTTL and ArgExpires have the values of
+// amqp091-go's QueueMessageTTLArg and QueueTTLArg; this package spells them
+// itself so that it imports nothing but the standard library.
 const (
 	// ArgMaxPriority makes a classic queue a priority queue with levels
 	// 0..value. RabbitMQ delivers higher numbers first.
 	ArgMaxPriority = "x-max-priority"
 	// ArgMessageTTL expires messages after the value in milliseconds.
-	ArgMessageTTL = amqp.QueueMessageTTLArg
+	ArgMessageTTL = "x-message-ttl"
 	// ArgExpires deletes a queue that has been unused for the value in
 	// milliseconds; a redeclaration counts as use.
-	ArgExpires = amqp.QueueTTLArg
+	ArgExpires = "x-expires"
 	// ArgDeadLetterExchange is where expired messages are republished.
 	ArgDeadLetterExchange = "x-dead-letter-exchange"
 	// ArgDeadLetterRoutingKey is the routing key expired messages are
@@ -127,43 +126,11 @@ func MigrationName(work string) string { return work + MigrationSuffix }
 // keeps them across a broker restart.
 func MigrationArgs() map[string]any { return map[string]any{} }
 
-// DivertName is the name of work's divert queue. While it exists, queuey
-// producers publish what they would publish to work into its migration queue
-// (MigrationName) instead, so that a migration can delete work without a
-// publish racing the deletion: RabbitMQ confirms a message routed to a queue
-// whose deletion is under way, and drops it.
-//
-// A divert queue is a marker and never holds a message (DivertArgs). A
-// producer learns whether it exists by publishing an empty mandatory
-// message to it: a basic.return says it does not, a basic.nack that it
-// does. Neither closes the channel, as a passive declaration of a queue that
-// does not exist would.
-//
-// The protocol between producers and a migration, with the constants below:
-//
-//   - A producer routes a publish by a probe that found no divert queue
-//     (to work) or found one (into the migration queue). It reuses a probe's
-//     result for DivertRecheck from the probe's sending, and sends on one at
-//     most DivertUsable old; past that, it probes again first.
-//   - A publish counts as done only if its confirm arrived less than
-//     DivertGrace after the probe it was routed by was sent: it then
-//     reached its queue before the migration could delete it. One
-//     confirmed later (a long write, a stalled process, flow control) may
-//     have reached a queue while it was deleted, and is sent again.
-//   - A migration declares the migration queue, then the divert queue, and
-//     deletes work no sooner than DivertGrace after the divert queue's
-//     declaration returned: every probe that found no divert queue was
-//     sent before that, so a publish it routed and that counts as done
-//     reached work before the deletion. A producer stalled past that may
-//     still publish to work, but its publish is confirmed late and sent
-//     again.
-//   - It deletes the divert queue once work is declared again with its new
-//     arguments, and deletes the migration queue no sooner than DivertGrace
-//     after that deletion returned, by the same argument for the publishes
-//     routed into the migration queue.
-//
-// Only work queues are diverted: dead-letter queues have fixed arguments and
-// are never migrated.
+// DivertName is the name of work's divert queue: a marker that holds nothing
+// (DivertArgs). While it exists, queuey producers publish what they would
+// publish to work into its migration queue (MigrationName) instead. The
+// protocol between producers and a migration, with its timing, is stated in
+// package internal/divert at the module's root.
 func DivertName(work string) string { return work + DivertSuffix }
 
 // DivertArgs are the arguments of a divert queue: it holds nothing and
@@ -177,24 +144,6 @@ func DivertArgs() map[string]any {
 // broker restart meanwhile must not send producers back to a queue that may
 // not exist.
 const DivertDurable = true
-
-const (
-	// DivertRecheck is how long a queuey producer trusts a probe of a divert
-	// queue (see DivertName), counted from when it sent the probe.
-	DivertRecheck = 250 * time.Millisecond
-	// DivertUsable is the oldest a probe's result may be, counted from
-	// its sending, for a publish to be sent by it: a producer whose probes
-	// take longer than DivertRecheck to be answered still publishes, as
-	// long as they take less than this.
-	DivertUsable = DivertGrace / 2
-	// DivertGrace is how long a migration waits after declaring a divert
-	// queue before it deletes the work queue, and after deleting the divert
-	// queue before it deletes the migration queue. A publish confirmed
-	// within DivertGrace of its probe's sending reached its queue before
-	// either deletion; one sent by a result DivertUsable old has the other
-	// half second to be written and confirmed.
-	DivertGrace = time.Second
-)
 
 // HoldName is the name of the hold queue that returns messages to work after
 // ttlMs milliseconds.
@@ -254,28 +203,5 @@ func HoldArgs(work string, ttlMs int64) map[string]any {
 		ArgDeadLetterExchange:   "",
 		ArgDeadLetterRoutingKey: work,
 		ArgExpires:              2 * ttlMs,
-	}
-}
-
-// Republishing is d, a delivered message, as a message to publish again with
-// every property kept: what a migration moves, and what a worker gives back
-// once the queue that delivered it is gone. The redelivered flag and the
-// delivery tag belong to the delivery, not the message, and do not travel.
-func Republishing(d amqp.Delivery) amqp.Publishing {
-	return amqp.Publishing{
-		Headers:         d.Headers,
-		ContentType:     d.ContentType,
-		ContentEncoding: d.ContentEncoding,
-		DeliveryMode:    d.DeliveryMode,
-		Priority:        d.Priority,
-		CorrelationId:   d.CorrelationId,
-		ReplyTo:         d.ReplyTo,
-		Expiration:      d.Expiration,
-		MessageId:       d.MessageId,
-		Timestamp:       d.Timestamp,
-		Type:            d.Type,
-		UserId:          d.UserId,
-		AppId:           d.AppId,
-		Body:            d.Body,
 	}
 }

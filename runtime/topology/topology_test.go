@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	amqp "github.com/rabbitmq/amqp091-go"
-
 	"github.com/queuey/terraform-provider-queuey/runtime/topology"
 )
 
@@ -309,25 +307,5 @@ func TestParseHoldNameRejects(t *testing.T) {
 				t.Fatalf("ParseHoldName(%q) = (%q, %d, false), want zero values with false", tt.name, work, ttl)
 			}
 		})
-	}
-}
-
-// TestRepublishingKeepsEveryProperty pins that a moved message is published
-// with every property of the delivery it was taken as.
-func TestRepublishingKeepsEveryProperty(t *testing.T) {
-	t.Parallel()
-	ts := time.Unix(1700000000, 0)
-	d := amqp.Delivery{
-		Headers: amqp.Table{"x-attempt": int64(2)}, ContentType: "application/json", ContentEncoding: "gzip",
-		DeliveryMode: amqp.Persistent, Priority: 7, CorrelationId: "c", ReplyTo: "r", Expiration: "60000",
-		MessageId: "m", Timestamp: ts, Type: "t", UserId: "guest", AppId: "a", Body: []byte("{}"),
-		Redelivered: true, DeliveryTag: 9,
-	}
-	p := topology.Republishing(d)
-	if p.Headers["x-attempt"] != int64(2) || p.ContentType != d.ContentType || p.ContentEncoding != d.ContentEncoding ||
-		p.DeliveryMode != d.DeliveryMode || p.Priority != d.Priority || p.CorrelationId != d.CorrelationId ||
-		p.ReplyTo != d.ReplyTo || p.Expiration != d.Expiration || p.MessageId != d.MessageId || !p.Timestamp.Equal(ts) ||
-		p.Type != d.Type || p.UserId != d.UserId || p.AppId != d.AppId || string(p.Body) != "{}" {
-		t.Fatalf("Republishing lost a property: %+v", p)
 	}
 }

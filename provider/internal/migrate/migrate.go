@@ -9,13 +9,13 @@
 //	              producers publish into q.migrating from now on
 //	move-aside    move every message of q into q.migrating
 //	delete        delete q, only if it is empty (if-empty), and no sooner
-//	              than topology.DivertGrace after divert; new work that
+//	              than divert.Grace after divert; new work that
 //	              arrived meanwhile is moved aside and the delete tried again
 //	redeclare     declare q with the new arguments
 //	undivert      delete q.migrating.divert: producers publish into q again
 //	move-back     move every message of q.migrating into q
 //	delete-temp   delete q.migrating, only if it is empty, and no sooner than
-//	              topology.DivertGrace after undivert
+//	              divert.Grace after undivert
 //
 // Every move publishes each message to the default exchange, mandatory, with
 // all its properties and headers, waits for the publisher confirm, and only
@@ -32,7 +32,7 @@
 // gone, without a return, and no client can detect it. The divert queue is
 // the protocol (see topology.DivertName) by which queuey producers stop
 // publishing to q before it is deleted: the migration waits
-// topology.DivertGrace before each deletion, and a producer counts a publish
+// divert.Grace before each deletion, and a producer counts a publish
 // as done only if its confirm arrived within DivertGrace of the probe of the
 // divert queue it was routed by (else it sends it again), so that no queuey
 // producer's job is lost to a queue while it is deleted. Publishers that do
@@ -56,6 +56,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/queuey/terraform-provider-queuey/internal/divert"
 	"github.com/queuey/terraform-provider-queuey/runtime/topology"
 )
 
@@ -105,7 +106,7 @@ type Options struct {
 	// it deletes the temporary queue, so that every queuey producer's
 	// publish to the queue it deletes either arrived before or is sent
 	// again (see topology.DivertName).
-	// Defaults to topology.DivertGrace; shorter is safe only when no queuey
+	// Defaults to divert.Grace; shorter is safe only when no queuey
 	// producer publishes to q during the migration.
 	Grace time.Duration
 
@@ -127,7 +128,7 @@ func (o *Options) resolved() Options {
 		r.MaxRounds = DefaultMaxRounds
 	}
 	if r.Grace <= 0 {
-		r.Grace = topology.DivertGrace
+		r.Grace = divert.Grace
 	}
 	return r
 }
@@ -388,7 +389,7 @@ func (m *migration) run() error {
 	for round := 0; ; round++ {
 		// Producers may still publish into the temporary queue until
 		// the grace after undivert has passed: move that back too.
-		if err := m.waitGrace(m.undivertedAt); err != nil {
+		if err := divert.Wait(m.ctx, m.undivertedAt, m.opts.Grace); err != nil {
 			return err
 		}
 		err := m.delete(m.temp)
@@ -418,24 +419,6 @@ func (m *migration) undivert() error {
 		m.res.Diverted += m.undivertedAt.Sub(m.divertedAt)
 	}
 	return nil
-}
-
-// waitGrace waits until Grace has passed since from, or until the
-// migration's context ends. It never returns early: moveAsideAndDelete
-// moves aside again after it what arrived meanwhile.
-func (m *migration) waitGrace(from time.Time) error {
-	left := time.Until(from.Add(m.opts.Grace))
-	if left <= 0 {
-		return nil
-	}
-	t := time.NewTimer(left)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-m.ctx.Done():
-		return m.ctx.Err()
-	}
 }
 
 // replace moves q's messages aside, deletes q and declares it with the target
@@ -499,7 +482,7 @@ func (m *migration) moveAsideAndDelete() error {
 			// Producers that probed before the divert queue existed
 			// may still publish to q: wait them out, then move what
 			// they published.
-			if err := m.waitGrace(m.divertedAt); err != nil {
+			if err := divert.Wait(m.ctx, m.divertedAt, m.opts.Grace); err != nil {
 				return err
 			}
 			continue
@@ -714,10 +697,10 @@ func (m *migration) moveAtMost(from, to string, limit int) (int, error) {
 }
 
 // republishing is d as the move publishes it: every property kept
-// (topology.Republishing), except a user_id that names another user than the
+// (divert.Republishing), except a user_id that names another user than the
 // migration's, which RabbitMQ would refuse, closing the channel.
 func (m *migration) republishing(d amqp.Delivery) amqp.Publishing {
-	msg := topology.Republishing(d)
+	msg := divert.Republishing(d)
 	if msg.UserId != "" && m.user != "" && msg.UserId != m.user {
 		msg.UserId = ""
 		m.res.UserIDsDropped++

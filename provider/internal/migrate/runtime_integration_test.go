@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/queuey/terraform-provider-queuey/internal/divert"
 	queuey "github.com/queuey/terraform-provider-queuey/runtime"
 	"github.com/queuey/terraform-provider-queuey/runtime/topology"
 )
@@ -150,8 +151,8 @@ func TestIntegrationMigrateWhileProducersAndWorkersRun(t *testing.T) {
 	if failed.Load() > 0 {
 		t.Errorf("%d enqueues failed", failed.Load())
 	}
-	if res.Diverted < topology.DivertGrace {
-		t.Errorf("producers were diverted for %v, want at least the grace %v", res.Diverted, topology.DivertGrace)
+	if res.Diverted < divert.Grace {
+		t.Errorf("producers were diverted for %v, want at least the grace %v", res.Diverted, divert.Grace)
 	}
 	if got := b.args(q)[topology.ArgMaxPriority]; got != float64(10) {
 		t.Errorf("%s has x-max-priority %v, want 10", q, got)
