@@ -120,7 +120,7 @@ func (b *settleBundle) deliver(t *testing.T, body []byte) {
 		Headers: amqp.Table{"x-death": []any{amqp.Table{"count": int64(1)}}, "x-first-death-queue": "p.q1.deferred.100", "x-last-death-reason": "expired", "custom": "kept", topology.HeaderAttempt: int64(2),
 			topology.HeaderDeathReason: "replayed", topology.HeaderOriginalQueue: "p.q1", topology.HeaderAttempts: int64(3)},
 	}
-	b.pool.handle(b.q, &session{}, d)
+	(&subscription{pool: b.pool, q: b.q}).handle(d)
 }
 
 func TestWorkerPoolOptions(t *testing.T) {
@@ -317,19 +317,19 @@ func TestSessionCancelledOnlyByACancellation(t *testing.T) {
 	t.Parallel()
 	closed := make(chan string, 1)
 	close(closed)
-	if (&session{cancels: closed}).cancelled() {
+	if (&subscription{cancels: closed}).cancelled() {
 		t.Error("a closed notification channel (the channel shut down) was taken for a cancellation")
 	}
-	if (&session{cancels: make(chan string, 1)}).cancelled() {
+	if (&subscription{cancels: make(chan string, 1)}).cancelled() {
 		t.Error("an empty notification channel was taken for a cancellation")
 	}
 	sent := make(chan string, 1)
 	sent <- "queuey-p.jobs-1234"
-	s := &session{cancels: sent}
+	s := &subscription{cancels: sent}
 	if !s.cancelled() {
 		t.Error("the broker's cancellation was missed")
 	}
-	// The handlers of the session and consume each ask; the one
+	// The handlers of the subscription and consume each ask; the one
 	// notification answers all of them.
 	if !s.cancelled() {
 		t.Error("the broker's cancellation was forgotten once read")
