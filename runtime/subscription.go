@@ -16,8 +16,8 @@ import (
 // cancellation of the consumer (which changes how a delivery is given back,
 // see giveBack) and the deliveries taken from it that are not settled yet
 // (the channel is closed only once they are). The pool's consume loop makes
-// a new one for every subscription it starts; once serve returns, the
-// subscription only finishes settling what it took.
+// one per consumer it starts, so a resubscription is a new subscription on a
+// new channel; once serve returns, the old one only settles what it took.
 type subscription struct {
 	pool *WorkerPool
 	q    *poolQueue
