@@ -8,8 +8,12 @@ package queuey
 //	    reconnects by itself whenever the connection is lost, with jittered
 //	    exponential backoff (500 ms doubling to 30 s), running onConnect again
 //	    before anything can use the new connection. onConnect is where a
-//	    queue set is declared (see declareSet). A failure of the first dial
-//	    or of the first onConnect is returned and nothing keeps running.
+//	    queue set is declared (declareOnConnect: declareSet on the first
+//	    connection, redeclareSet on a reconnect), or nil for a producer
+//	    that declares nothing. A failure of the first dial or of the first
+//	    onConnect is returned and nothing keeps running; a failed onConnect
+//	    on a reconnect closes that connection and counts as a failed
+//	    attempt.
 //	wrapConn(ac, onConnect, logger) (*conn, error)
 //	    The same over a connection the caller dialled: it runs onConnect once
 //	    and never reconnects; when ac is lost, channel fails.
@@ -21,10 +25,6 @@ package queuey
 //	(*conn).channelUntil(ctx, stop) (*amqp.Channel, error)
 //	    channel, giving up with ErrClosed when stop is closed: for an owner
 //	    (a producer) that closes before the conn does.
-//	(*conn).notifyReconnect(ch) chan struct{}
-//	    Registers ch to receive a value (non-blocking send, so give it a
-//	    buffer of 1) after every successful reconnect, once onConnect has run:
-//	    the signal for a worker to resubscribe. ch is closed by close.
 //	(*conn).close() error
 //	    Stops reconnecting and closes the connection (a wrapConn connection
 //	    is left open for its owner). Later calls return ErrClosed; channel
@@ -64,7 +64,6 @@ type conn struct {
 	ready  chan struct{}    // closed once cur is set; replaced when cur is lost
 	lost   error            // why a connection that cannot be redialled is gone
 	closed bool
-	subs   []chan struct{}
 
 	done    chan struct{} // closed by close
 	watcher sync.WaitGroup
@@ -182,12 +181,6 @@ func (c *conn) watch(ac *amqp.Connection, lost chan *amqp.Error) {
 		}
 		c.cur = ac
 		close(c.ready)
-		for _, s := range c.subs {
-			select {
-			case s <- struct{}{}:
-			default:
-			}
-		}
 		c.mu.Unlock()
 		c.logger.Info("queuey: AMQP connection re-established")
 	}
@@ -288,18 +281,6 @@ func (c *conn) channelUntil(ctx context.Context, stop <-chan struct{}) (*amqp.Ch
 	}
 }
 
-// notifyReconnect registers ch; see the comment at the top of this file.
-func (c *conn) notifyReconnect(ch chan struct{}) chan struct{} {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		close(ch)
-		return ch
-	}
-	c.subs = append(c.subs, ch)
-	return ch
-}
-
 // close stops reconnecting and closes the current connection, if any.
 func (c *conn) close() error {
 	c.mu.Lock()
@@ -310,10 +291,6 @@ func (c *conn) close() error {
 	c.closed = true
 	cur := c.cur
 	c.cur = nil
-	for _, s := range c.subs {
-		close(s)
-	}
-	c.subs = nil
 	close(c.done)
 	c.mu.Unlock()
 	var err error

@@ -49,8 +49,9 @@ func (c JobContext) Age() time.Duration {
 // its last attempt and still have it.
 func (c JobContext) IsLastAttempt() bool { return c.Attempt >= c.MaxAttempts }
 
-// jobContextFromEnvelope fills a JobContext from a decoded envelope.
-func jobContextFromEnvelope(env Envelope, maxAttempts int) JobContext {
+// jobContextFromEnvelope fills a JobContext from a decoded envelope, all but
+// MaxAttempts, which comes from the retry policy resolved for the job.
+func jobContextFromEnvelope(env Envelope) JobContext {
 	var at time.Time
 	if env.EnqueuedAtMs > 0 {
 		at = time.UnixMilli(env.EnqueuedAtMs)
@@ -61,7 +62,6 @@ func jobContextFromEnvelope(env Envelope, maxAttempts int) JobContext {
 		Deferrals:     env.Deferrals,
 		EnqueuedAt:    at,
 		ID:            env.JobID,
-		MaxAttempts:   maxAttempts,
 		Priority:      env.Priority,
 		Queue:         env.Queue,
 		Type:          env.JobType,

@@ -106,16 +106,11 @@ func TestIntegrationReconnectDoesNotRedeclareAQueueBeingMigrated(t *testing.T) {
 	work := set.WorkQueue("jobs")
 	reconnect := func() {
 		t.Helper()
-		done := p.conn.notifyReconnect(make(chan struct{}, 1))
 		p.conn.mu.Lock()
 		cur := p.conn.cur
 		p.conn.mu.Unlock()
 		_ = cur.Close()
-		select {
-		case <-done:
-		case <-ctx.Done():
-			t.Fatal("no reconnect")
-		}
+		awaitReconnect(ctx, t, p.conn, cur)
 	}
 
 	// Mid-migration: the temporary queue exists, the work queue does not.

@@ -98,7 +98,6 @@ type Dispatcher struct {
 	// queueRetry holds the QueueConfig.Retry of the pool's queues, by
 	// logical name; empty for a dispatcher without a queue set.
 	queueRetry map[string]*RetryPolicy
-	rnd        func() float64
 }
 
 // NewDispatcher checks the registry and the options the way building a pool
@@ -136,7 +135,7 @@ func (d *Dispatcher) Dispatch(ctx context.Context, queue string, body []byte) Ou
 
 // DispatchEnvelope is Dispatch for an envelope already decoded.
 func (d *Dispatcher) DispatchEnvelope(ctx context.Context, queue string, env Envelope) Outcome {
-	jc := jobContextFromEnvelope(env, 0)
+	jc := jobContextFromEnvelope(env)
 	h, ok := d.workers.handlers[env.JobType]
 	if !ok {
 		return Outcome{Action: ActionDeadLetter, Reason: ReasonUnknownJobType, Job: jc, env: &env,
@@ -165,7 +164,7 @@ func (d *Dispatcher) DispatchEnvelope(ctx context.Context, queue string, env Env
 	if ctx.Err() != nil && interrupted(err) {
 		return Outcome{Action: ActionRequeue, Err: err, Job: jc, Policy: policy, env: &env}
 	}
-	o := classify(jc, err, policy, d.opts.RetryGranularity, d.opts.DeferGranularity, d.rnd)
+	o := classify(jc, err, policy, d.opts.RetryGranularity, d.opts.DeferGranularity, nil)
 	o.env = &env
 	return o
 }
@@ -231,8 +230,9 @@ func interrupted(err error) bool {
 	return !errors.As(err, &fatal) && !errors.As(err, &def) && !errors.As(err, &pe)
 }
 
-// classify turns a handler's result into an outcome. It is pure: the
-// randomness of the jitter comes in through rnd.
+// classify turns a handler's result into an outcome. Given rnd it is pure:
+// the randomness of the jitter comes in through it (tests pass their own;
+// the dispatcher passes nil, math/rand/v2).
 func classify(jc JobContext, err error, policy RetryPolicy, retryGranularity, deferGranularity time.Duration, rnd func() float64) Outcome {
 	o := Outcome{Job: jc, Err: err, Policy: policy}
 	if err == nil {

@@ -193,8 +193,9 @@ func (p RetryPolicy) Retries(attempt int) bool {
 // Attempts is the resolved number of attempts the policy allows.
 func (p RetryPolicy) Attempts() int { return p.withDefaults().MaxAttempts }
 
-// retryPolicyRule is one level of the precedence order, for resolving and
-// for telling which level won.
+// retryPolicySource names one level of the precedence order: resolve
+// reports which level won, so that a test can tell a level that won from one
+// that happens to set the same policy. The dispatcher uses only the policy.
 type retryPolicySource int
 
 const (

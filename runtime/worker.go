@@ -14,16 +14,8 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/queuey/terraform-provider-queuey/internal/divert"
-	"github.com/queuey/terraform-provider-queuey/runtime/internal/jobutil"
 	"github.com/queuey/terraform-provider-queuey/runtime/topology"
 )
-
-// settleTimeout bounds how long settling one delivery may wait for its
-// republish (a retry, a deferral, a dead letter) to be confirmed, including
-// waiting for a lost connection to come back. A delivery whose republish
-// failed is returned to its queue, never acknowledged.
-const settleTimeout = 30 * time.Second
 
 // Resubscribing to a work queue that has gone (deleted, as during a
 // migration) is polled from resubscribeMinBackoff, doubling to
@@ -34,14 +26,6 @@ const (
 	resubscribeMinBackoff = 500 * time.Millisecond
 	resubscribeMaxBackoff = 5 * time.Second
 )
-
-// publisher is what a pool needs of a Producer to settle deliveries.
-type publisher interface {
-	publishEnvelopeWith(ctx context.Context, env Envelope, holdTTLms int64, headers amqp.Table) error
-	publishRaw(ctx context.Context, queue string, msg amqp.Publishing) error
-}
-
-var _ publisher = (*Producer)(nil)
 
 // WorkerPool consumes the work queues of a queue set and runs the registered
 // workers on their jobs. It publishes a retry, a deferral or a dead letter
@@ -76,10 +60,10 @@ type WorkerPool struct {
 	mu       sync.Mutex
 	started  bool
 	stopping bool
-	sessions map[*poolQueue]*session
+	subs     map[*poolQueue]*subscription // the live subscription of each queue, for Stop
 
 	consumers sync.WaitGroup // one per queue
-	handlers  sync.WaitGroup // one per delivery being handled or settled
+	handlers  sync.WaitGroup // one per subscription, until its last delivery is settled and its channel closed
 }
 
 // poolQueue is one consumed work queue.
@@ -89,38 +73,6 @@ type poolQueue struct {
 	dead        string
 	prefetch    int
 	maxPriority uint8
-}
-
-// session is one subscription: a channel and the consumer on it.
-type session struct {
-	ch  *amqp.Channel
-	tag string
-	// cancels hears the broker cancel the consumer: its queue was
-	// deleted, with the deliveries not yet settled (see giveBack).
-	cancels <-chan string
-	mu      sync.Mutex
-	gone    bool // a cancellation was read from cancels; under mu
-}
-
-// cancelled reports whether the broker has cancelled s's consumer, as far
-// as amqp091-go has handed it over: it notifies cancels before it closes
-// the consumer's deliveries, so a cancellation the client has read by now
-// is seen here, by the handlers still running the session's jobs and by
-// consume once the deliveries have ended. amqp091-go sends the consumer's
-// tag when the broker cancels it, and closes cancels when the channel shuts
-// down for any reason, a lost connection included: only a value is a
-// cancellation.
-func (s *session) cancelled() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.gone && s.cancels != nil {
-		select {
-		case _, ok := <-s.cancels:
-			s.gone = ok
-		default:
-		}
-	}
-	return s.gone
 }
 
 // NewWorkerPool connects to the broker at url, declares the work and
@@ -190,32 +142,12 @@ func newWorkerPool(set QueueSet, workers *Workers, opts *WorkerOptions) (*Worker
 			return nil, fmt.Errorf("retry override for queue %q: the queue is not in queue set %q", name, set.Prefix)
 		}
 	}
-	names := o.Queues
-	if len(names) == 0 {
-		for _, q := range set.Queues {
-			names = append(names, q.Name)
-		}
+	p := &WorkerPool{set: set, disp: disp, opts: o, log: o.Logger, subs: map[*poolQueue]*subscription{}}
+	queues, total, err := consumedQueues(set, byName, o.Queues)
+	if err != nil {
+		return nil, err
 	}
-	p := &WorkerPool{set: set, disp: disp, opts: o, log: o.Logger, sessions: map[*poolQueue]*session{}}
-	seen := map[string]bool{}
-	total := 0
-	for _, name := range names {
-		qc, ok := byName[name]
-		if !ok {
-			return nil, fmt.Errorf("worker options: queue %q to consume is not in queue set %q", name, set.Prefix)
-		}
-		if seen[name] {
-			continue
-		}
-		if qc.prefetch() > math.MaxUint16 {
-			return nil, fmt.Errorf("queue %q: prefetch %d is above AMQP's limit of %d", name, qc.prefetch(), math.MaxUint16)
-		}
-		seen[name] = true
-		tq := qc.topology()
-		work := set.WorkQueue(name)
-		p.queues = append(p.queues, &poolQueue{name: name, work: work, dead: topology.DeadName(work), prefetch: qc.prefetch(), maxPriority: uint8(tq.MaxPriority)})
-		total += qc.prefetch()
-	}
+	p.queues = queues
 	if o.Concurrency == 0 {
 		o.Concurrency = total
 		p.opts.Concurrency = total
@@ -225,6 +157,37 @@ func newWorkerPool(set QueueSet, workers *Workers, opts *WorkerOptions) (*Worker
 	p.jobCtx, p.jobCancel = context.WithCancel(context.Background())
 	p.stopCtx, p.stopCancel = context.WithCancel(context.Background())
 	return p, nil
+}
+
+// consumedQueues are the queues of set named in names (every queue of set
+// when names is empty), each once, in order, and the sum of their prefetch.
+func consumedQueues(set QueueSet, byName map[string]QueueConfig, names []string) ([]*poolQueue, int, error) {
+	if len(names) == 0 {
+		for _, q := range set.Queues {
+			names = append(names, q.Name)
+		}
+	}
+	var queues []*poolQueue
+	seen := map[string]bool{}
+	total := 0
+	for _, name := range names {
+		qc, ok := byName[name]
+		if !ok {
+			return nil, 0, fmt.Errorf("worker options: queue %q to consume is not in queue set %q", name, set.Prefix)
+		}
+		if seen[name] {
+			continue
+		}
+		if qc.prefetch() > math.MaxUint16 {
+			return nil, 0, fmt.Errorf("queue %q: prefetch %d is above AMQP's limit of %d", name, qc.prefetch(), math.MaxUint16)
+		}
+		seen[name] = true
+		tq := qc.topology()
+		work := set.WorkQueue(name)
+		queues = append(queues, &poolQueue{name: name, work: work, dead: topology.DeadName(work), prefetch: qc.prefetch(), maxPriority: uint8(tq.MaxPriority)})
+		total += qc.prefetch()
+	}
+	return queues, total, nil
 }
 
 // consumerConfig is the AMQP configuration of the consuming connection:
@@ -290,14 +253,11 @@ func (p *WorkerPool) Stop(ctx context.Context) error {
 	}
 	p.stopping = true
 	p.stopCancel()
-	sessions := slices.Collect(maps.Values(p.sessions))
+	subs := slices.Collect(maps.Values(p.subs))
 	p.mu.Unlock()
 
-	for _, s := range sessions {
-		// Cancelling the consumer makes amqp091-go hand over the
-		// deliveries it already holds and then close the delivery
-		// channel; a closed channel has no consumer left to cancel.
-		_ = s.ch.Cancel(s.tag, false)
+	for _, s := range subs {
+		s.cancel()
 	}
 	done := make(chan struct{})
 	go func() {
@@ -360,9 +320,8 @@ func (p *WorkerPool) consume(q *poolQueue) {
 			failures++
 			continue
 		}
-		deliveries, s, err := p.subscribe(ch, q)
-		if err != nil {
-			_ = ch.Close()
+		s := newSubscription(p, q, ch)
+		if err := s.subscribe(); err != nil {
 			if p.isStopping() {
 				return
 			}
@@ -377,10 +336,10 @@ func (p *WorkerPool) consume(q *poolQueue) {
 			p.log.Info("queuey: subscribed to the work queue again", "queue", q.work)
 		}
 		failures = 0
-		p.serve(ch, q, s, deliveries)
+		s.serve()
 
 		p.mu.Lock()
-		delete(p.sessions, q)
+		delete(p.subs, q)
 		p.mu.Unlock()
 		switch {
 		case s.cancelled():
@@ -391,188 +350,16 @@ func (p *WorkerPool) consume(q *poolQueue) {
 	}
 }
 
-// subscribe sets the prefetch and starts a consumer on ch, registering the
-// session so that Stop can cancel it.
-func (p *WorkerPool) subscribe(ch *amqp.Channel, q *poolQueue) (<-chan amqp.Delivery, *session, error) {
-	if err := ch.Qos(q.prefetch, 0, false); err != nil {
-		return nil, nil, fmt.Errorf("set prefetch: %w", err)
-	}
-	s := &session{ch: ch, tag: "queuey-" + q.work + "-" + jobutil.NewID()[:8], cancels: ch.NotifyCancel(make(chan string, 1))}
-	deliveries, err := ch.Consume(q.work, s.tag, false, false, false, false, nil)
-	if err != nil {
-		return nil, nil, err
-	}
+// register records s as the subscription of its queue, so that Stop can
+// cancel it, and reports false, recording nothing, once Stop has begun.
+func (p *WorkerPool) register(s *subscription) bool {
 	p.mu.Lock()
-	stopping := p.stopping
-	if !stopping {
-		p.sessions[q] = s
-	}
-	p.mu.Unlock()
-	if stopping {
-		// Stop ran between Consume and here and could not see this
-		// consumer: cancel it, and serve what it already pulled.
-		_ = ch.Cancel(s.tag, false)
-	}
-	return deliveries, s, nil
-}
-
-// serve hands each delivery to a handler goroutine, bounded by the pool's
-// concurrency, until the delivery channel closes. The channel is closed in
-// the background once every delivery taken from it is settled, so that their
-// acks can still reach the broker while the next subscription starts.
-func (p *WorkerPool) serve(ch *amqp.Channel, q *poolQueue, s *session, deliveries <-chan amqp.Delivery) {
-	var inflight sync.WaitGroup
-	p.handlers.Add(1)
-	defer func() {
-		go func() {
-			defer p.handlers.Done()
-			inflight.Wait()
-			_ = ch.Close()
-		}()
-	}()
-	for d := range deliveries {
-		p.sem <- struct{}{}
-		inflight.Add(1)
-		go func() {
-			defer inflight.Done()
-			defer func() { <-p.sem }()
-			p.handle(q, s, d)
-		}()
-	}
-}
-
-// handle runs one delivery of session s through the dispatcher and settles
-// it.
-func (p *WorkerPool) handle(q *poolQueue, s *session, d amqp.Delivery) {
-	start := time.Now()
-	o := p.disp.Dispatch(p.jobCtx, q.name, d.Body)
-	p.settle(q, s, d, o, time.Since(start))
-}
-
-// settle carries out an outcome: for anything but an ack, it publishes first
-// and acknowledges only once the broker confirmed the publish. A delivery
-// whose publish failed is returned to its queue.
-func (p *WorkerPool) settle(q *poolQueue, s *session, d amqp.Delivery, o Outcome, took time.Duration) {
-	if o.Action == ActionRequeue {
-		if p.giveBack(q, s, d, o) {
-			p.log.Warn("queuey: job interrupted by the shutdown; returned to the queue at the same attempt", "queue", q.work, "job_id", o.Job.ID, "job_type", o.Job.Type, "attempt", o.Job.Attempt, "duration", took)
-		}
-		return
-	}
-	if o.Action == ActionAck {
-		// The common case: no publish to bound, and no log record to
-		// build when Info is off.
-		p.ack(d, q, o)
-		if p.log.Enabled(context.Background(), slog.LevelInfo) {
-			p.log.Info("queuey: job done", "queue", q.work, "job_id", o.Job.ID, "job_type", o.Job.Type, "attempt", o.Job.Attempt, "duration", took)
-		}
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
-	defer cancel()
-	attrs := []any{"queue", q.work, "job_id", o.Job.ID, "job_type", o.Job.Type, "attempt", o.Job.Attempt}
-	switch o.Action {
-	case ActionRetry, ActionDefer:
-		env := *o.env
-		env.Queue = q.work
-		if o.Action == ActionRetry {
-			env.Attempt++
-			env.Priority = 0
-		} else {
-			env.Deferrals++
-			env.Priority = q.maxPriority
-		}
-		if err := p.pub.publishEnvelopeWith(ctx, env, o.HoldTTL.Milliseconds(), withoutDeadLetterHeaders(d.Headers)); err != nil {
-			p.requeue(d, q, s, o, err)
-			return
-		}
-		p.ack(d, q, o)
-		if o.Action == ActionRetry {
-			p.log.Warn("queuey: job failed; retrying", append(attrs, "max_attempts", o.Job.MaxAttempts, "delay", o.HoldTTL, "error", o.Err)...)
-		} else {
-			p.log.Info("queuey: job deferred", append(attrs, "delay", o.HoldTTL, "reason", o.Reason, "deferrals", env.Deferrals)...)
-		}
-
-	case ActionDeadLetter:
-		attempts := o.Job.Attempt
-		if o.env == nil {
-			attempts = headerInt(d.Headers, topology.HeaderAttempt)
-		}
-		p.runDeadLetterHook(ctx, DeadLetter{Body: d.Body, Err: o.Err, Job: o.Job, Queue: q.work, Reason: o.Reason})
-		if err := p.pub.publishRaw(ctx, q.dead, deadLetterPublishing(d, o.Reason, q.work, attempts)); err != nil {
-			p.requeue(d, q, s, o, err)
-			return
-		}
-		p.ack(d, q, o)
-		p.log.Error("queuey: job dead-lettered", append(attrs, "dead_letter_queue", q.dead, "reason", o.Reason, "error", o.Err)...)
-	}
-}
-
-func (p *WorkerPool) ack(d amqp.Delivery, q *poolQueue, o Outcome) {
-	if err := d.Ack(false); err != nil {
-		// The channel is gone, and with it the delivery: the broker
-		// delivers the job again, so it may run (or be republished) twice.
-		p.log.Warn("queuey: could not acknowledge a settled job; the broker will deliver it again", "queue", q.work, "job_id", o.Job.ID, "action", o.Action, "error", err)
-	}
-}
-
-// requeue returns a delivery whose republish failed to its queue. It waits a
-// moment first (unless the pool is stopping), so that a broker that keeps
-// refusing the publish does not turn the delivery into a hot loop.
-func (p *WorkerPool) requeue(d amqp.Delivery, q *poolQueue, s *session, o Outcome, err error) {
-	p.log.Error("queuey: could not publish the job's "+o.Action.String()+"; returning the delivery to the queue", "queue", q.work, "job_id", o.Job.ID, "error", err)
-	t := time.NewTimer(time.Second)
-	select {
-	case <-t.C:
-	case <-p.stopCtx.Done():
-		t.Stop()
-	}
-	p.giveBack(q, s, d, o)
-}
-
-// giveBack returns delivery d of session s to its work queue unsettled:
-// with a requeue (basic.nack), or, once the broker has cancelled the
-// session's consumer because the queue was deleted (a migration replacing
-// it), by publishing it to the work queue again and acknowledging it. A
-// requeue then would drop it: the queue that delivered it is gone, and
-// deleting a queue discards the deliveries its consumers hold. The publish
-// goes where a producer's would, into the migration queue while the
-// migration runs. A requeue sent just before the cancellation arrives can
-// still cross the deletion. giveBack logs its failures, and reports whether
-// the job is back in its queue, or will be once the channel closes.
-func (p *WorkerPool) giveBack(q *poolQueue, s *session, d amqp.Delivery, o Outcome) bool {
-	if !s.cancelled() {
-		if err := d.Nack(false, true); err != nil {
-			p.log.Warn("queuey: could not return the job to its queue; the broker will deliver it again when the channel closes", "queue", q.work, "job_id", o.Job.ID, "error", err)
-		}
-		return true
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
-	defer cancel()
-	msg := divert.Republishing(d)
-	// The broker refuses a user id that is not the publishing
-	// connection's user.
-	msg.UserId = ""
-	if err := p.pub.publishRaw(ctx, q.work, msg); err != nil {
-		// A requeue would drop it too: leave it to the channel's close.
-		p.log.Error("queuey: the job's queue was deleted while the job ran, and publishing the job to it again failed: unless a try of that publish reached the queue after all, the job is lost", "queue", q.work, "job_id", o.Job.ID, "error", err)
+	defer p.mu.Unlock()
+	if p.stopping {
 		return false
 	}
-	p.ack(d, q, o)
+	p.subs[s.q] = s
 	return true
-}
-
-// runDeadLetterHook runs OnDeadLetter, recovering its panic.
-func (p *WorkerPool) runDeadLetterHook(ctx context.Context, dl DeadLetter) {
-	if p.opts.OnDeadLetter == nil {
-		return
-	}
-	defer func() {
-		if r := recover(); r != nil {
-			p.log.Error("queuey: the dead-letter hook panicked", "queue", dl.Queue, "job_id", dl.Job.ID, "panic", r)
-		}
-	}()
-	p.opts.OnDeadLetter(ctx, dl)
 }
 
 // pause sleeps for d or until the pool stops.
@@ -592,74 +379,4 @@ func resubscribeBackoff(n int) time.Duration {
 		d = min(resubscribeMinBackoff<<n, resubscribeMaxBackoff)
 	}
 	return d/2 + rand.N(d/2+1)
-}
-
-// deadLetterPublishing is the dead letter of d: its body verbatim, its
-// properties, its headers without the broker's x-death ones, plus why, from
-// where, and after how many attempts. It is persistent whatever d was: the
-// dead-letter queue is durable, and a dead letter lost on a restart is one
-// nobody will ever know about.
-func deadLetterPublishing(d amqp.Delivery, reason, work string, attempts int) amqp.Publishing {
-	h := stripDeathHeaders(d.Headers)
-	h[topology.HeaderDeathReason] = reason
-	h[topology.HeaderOriginalQueue] = work
-	h[topology.HeaderAttempts] = int64(attempts)
-	return amqp.Publishing{
-		Headers:         h,
-		ContentType:     d.ContentType,
-		ContentEncoding: d.ContentEncoding,
-		DeliveryMode:    amqp.Persistent,
-		Priority:        d.Priority,
-		CorrelationId:   d.CorrelationId,
-		ReplyTo:         d.ReplyTo,
-		MessageId:       d.MessageId,
-		Timestamp:       d.Timestamp,
-		Type:            d.Type,
-		AppId:           d.AppId,
-		// Expiration is left out (the dead letter must not expire) and
-		// so is UserId (the broker refuses one that is not the
-		// publishing connection's user).
-		Body: d.Body,
-	}
-}
-
-// withoutDeadLetterHeaders copies h without the headers a dead letter gets,
-// so that a dead letter replayed into its work queue and then retried does
-// not carry the reason it died the first time.
-func withoutDeadLetterHeaders(h amqp.Table) amqp.Table {
-	if h == nil {
-		return nil
-	}
-	out := make(amqp.Table, len(h))
-	for k, v := range h {
-		switch k {
-		case topology.HeaderDeathReason, topology.HeaderOriginalQueue, topology.HeaderAttempts:
-		default:
-			out[k] = v
-		}
-	}
-	return out
-}
-
-// headerInt reads an integer header of any AMQP integer width, or 0.
-func headerInt(h amqp.Table, key string) int {
-	switch v := h[key].(type) {
-	case int64:
-		return int(v)
-	case int32:
-		return int(v)
-	case int16:
-		return int(v)
-	case int8:
-		return int(v)
-	case uint8:
-		return int(v)
-	case uint16:
-		return int(v)
-	case uint32:
-		return int(v)
-	case int:
-		return v
-	}
-	return 0
 }

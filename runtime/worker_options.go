@@ -31,9 +31,13 @@ type WorkerOptions struct {
 	// reconnects by itself, because it must redeclare and resubscribe.
 	// Defaults to amqp091-go's defaults.
 	AMQPConfig *amqp.Config
-	// Concurrency bounds how many handlers run at once across all queues.
-	// Defaults to the sum of the consumed queues' prefetch, so that every
-	// delivery the broker hands over can start at once.
+	// Concurrency bounds how many deliveries are handled at once across
+	// all queues. A handler abandoned at its timeout (see JobTimeout) no
+	// longer counts: its delivery is settled and its slot goes to the next
+	// one, so handlers that ignore their context can leave more than
+	// Concurrency running. Defaults to the sum of the consumed queues'
+	// prefetch, so that every delivery the broker hands over can start at
+	// once.
 	Concurrency int
 	// DeferGranularity is the step a deferral's delay is rounded up to. It
 	// must be a whole number of milliseconds. Defaults to 1 s.

@@ -114,13 +114,18 @@ func setupSettle(t *testing.T, hook func(context.Context, DeadLetter)) *settleBu
 
 func (b *settleBundle) deliver(t *testing.T, body []byte) {
 	t.Helper()
+	b.deliverTo(&subscription{pool: b.pool, q: b.q}, body)
+}
+
+// deliverTo hands body to s as a delivery of b's queue.
+func (b *settleBundle) deliverTo(s *subscription, body []byte) {
 	d := amqp.Delivery{
 		Acknowledger: fakeAck{b.events}, Body: body, ContentType: "application/json", MessageId: "m1", Type: "plain",
 		Priority: 3, CorrelationId: "corr", Expiration: "60000", UserId: "guest",
 		Headers: amqp.Table{"x-death": []any{amqp.Table{"count": int64(1)}}, "x-first-death-queue": "p.q1.deferred.100", "x-last-death-reason": "expired", "custom": "kept", topology.HeaderAttempt: int64(2),
 			topology.HeaderDeathReason: "replayed", topology.HeaderOriginalQueue: "p.q1", topology.HeaderAttempts: int64(3)},
 	}
-	b.pool.handle(b.q, &session{}, d)
+	s.handle(d)
 }
 
 func TestWorkerPoolOptions(t *testing.T) {
@@ -317,19 +322,19 @@ func TestSessionCancelledOnlyByACancellation(t *testing.T) {
 	t.Parallel()
 	closed := make(chan string, 1)
 	close(closed)
-	if (&session{cancels: closed}).cancelled() {
+	if (&subscription{cancels: closed}).cancelled() {
 		t.Error("a closed notification channel (the channel shut down) was taken for a cancellation")
 	}
-	if (&session{cancels: make(chan string, 1)}).cancelled() {
+	if (&subscription{cancels: make(chan string, 1)}).cancelled() {
 		t.Error("an empty notification channel was taken for a cancellation")
 	}
 	sent := make(chan string, 1)
 	sent <- "queuey-p.jobs-1234"
-	s := &session{cancels: sent}
+	s := &subscription{cancels: sent}
 	if !s.cancelled() {
 		t.Error("the broker's cancellation was missed")
 	}
-	// The handlers of the session and consume each ask; the one
+	// The handlers of the subscription and consume each ask; the one
 	// notification answers all of them.
 	if !s.cancelled() {
 		t.Error("the broker's cancellation was forgotten once read")
@@ -373,5 +378,50 @@ func TestWorkerPoolTakesTheQueueDefaultRetryFromTheSet(t *testing.T) {
 	bad := QueueSet{Prefix: "p", Queues: []QueueConfig{{Name: "q1", Retry: &RetryPolicy{MaxAttempts: -1}}}}
 	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), `queue "q1": default retry policy`) {
 		t.Errorf("a queue default that cannot be followed: %v", err)
+	}
+}
+
+// cancelledSubscription is a subscription of b's queue whose consumer the
+// broker has cancelled, as it does when a migration deletes the queue.
+func cancelledSubscription(b *settleBundle) *subscription {
+	cancels := make(chan string, 1)
+	cancels <- "queuey-p.q1-1234"
+	return &subscription{pool: b.pool, q: b.q, cancels: cancels}
+}
+
+// A job handed back once its queue was deleted under it cannot be requeued
+// (deleting the queue dropped the delivery): it is published to the work
+// queue again, as it came but for the user id, and then acknowledged.
+func TestWorkerPoolGiveBackAfterCancellationPublishesThenAcks(t *testing.T) {
+	t.Parallel()
+	b := setupSettle(t, nil)
+	b.pool.jobCancel() // interrupted by a Stop: ActionRequeue
+	body := envelopeBody(t, "plain", "p.q1", 2, plainArgs{N: 4})
+	b.deliverTo(cancelledSubscription(b), body)
+	if got := strings.Join(*b.events, ","); got != "publish-raw,ack" {
+		t.Fatalf("events %s, want the job published to its work queue, then acked", got)
+	}
+	msg := b.pub.raws[0]
+	if b.pub.rawQs[0] != "p.q1" || string(msg.Body) != string(body) || msg.MessageId != "m1" || msg.Priority != 3 {
+		t.Errorf("published to %s: %+v", b.pub.rawQs[0], msg)
+	}
+	if msg.UserId != "" {
+		t.Errorf("user id %q kept: the broker refuses one that is not the publisher's", msg.UserId)
+	}
+	if msg.Headers[topology.HeaderAttempt] != int64(2) {
+		t.Errorf("headers %v, want the attempt kept", msg.Headers)
+	}
+}
+
+// If that publish fails, a requeue would drop the job too: the delivery is
+// left unsettled for the channel's close to return.
+func TestWorkerPoolGiveBackAfterCancellationLeavesAFailedPublishUnsettled(t *testing.T) {
+	t.Parallel()
+	b := setupSettle(t, nil)
+	b.pub.fail = errors.New("broker said no")
+	b.pool.jobCancel()
+	b.deliverTo(cancelledSubscription(b), envelopeBody(t, "plain", "p.q1", 2, plainArgs{N: 4}))
+	if got := strings.Join(*b.events, ","); got != "publish-raw" {
+		t.Errorf("events %s, want the publish tried and the delivery neither acked nor requeued", got)
 	}
 }

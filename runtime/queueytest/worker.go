@@ -3,12 +3,18 @@
 //
 // Worker runs a handler on a job through the same decision code a
 // queuey.WorkerPool uses (queuey.Dispatcher): the retry policy is resolved
-// with the same precedence, panics and timeouts are caught the same way, and
-// the Result says what the pool would have done with the delivery: acked it,
-// retried it after which delay, deferred it with which delay and reason,
-// dead-lettered it with which reason, or returned it to its queue unchanged
-// because the context passed to Work was cancelled first (as a pool's Stop
-// does when it runs out of time). Nothing is published.
+// with the same precedence but for one level (below), panics and timeouts
+// are caught the same way, and the Result says what the pool would have done
+// with the delivery: acked it, retried it after which delay, deferred it
+// with which delay and reason, dead-lettered it with which reason, or
+// returned it to its queue unchanged because the context passed to Work was
+// cancelled first (as a pool's Stop does when it runs out of time). Nothing
+// is published.
+//
+// The level a Worker cannot see is the queue's default, QueueConfig.Retry:
+// a Worker has no queue set. To test a job of a queue that sets one, pass
+// that policy as WorkerOptions.Retry, the level just below it, which ranks
+// the same against every other level.
 //
 // Producer is a queuey.Enqueuer that records jobs instead of publishing
 // them, for asserting what the code under test enqueued.

@@ -1,0 +1,244 @@
+package queuey
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/queuey/terraform-provider-queuey/internal/divert"
+	"github.com/queuey/terraform-provider-queuey/runtime/topology"
+)
+
+// This file settles deliveries: it carries out the Outcome the dispatcher
+// decided for one delivery of a subscription. The rule throughout is publish
+// first, acknowledge second: a retry, a deferral or a dead letter is
+// acknowledged only once the broker confirmed its publish, and a delivery
+// whose publish failed goes back to its queue, so a job survives a crash at
+// any point.
+
+// settleTimeout bounds how long settling one delivery may wait for its
+// republish (a retry, a deferral, a dead letter) to be confirmed, including
+// waiting for a lost connection to come back. A delivery whose republish
+// failed is returned to its queue, never acknowledged.
+const settleTimeout = 30 * time.Second
+
+// publisher is what a pool needs of a Producer to settle deliveries.
+type publisher interface {
+	publishEnvelopeWith(ctx context.Context, env Envelope, holdTTLms int64, headers amqp.Table) error
+	publishRaw(ctx context.Context, queue string, msg amqp.Publishing) error
+}
+
+var _ publisher = (*Producer)(nil)
+
+// settle carries out an outcome: for anything but an ack, it publishes first
+// and acknowledges only once the broker confirmed the publish. A delivery
+// whose publish failed is returned to its queue.
+func (s *subscription) settle(d amqp.Delivery, o Outcome, took time.Duration) {
+	switch o.Action {
+	case ActionRequeue:
+		if s.giveBack(d, o) {
+			s.pool.log.Warn("queuey: job interrupted by the shutdown; returned to the queue at the same attempt", "queue", s.q.work, "job_id", o.Job.ID, "job_type", o.Job.Type, "attempt", o.Job.Attempt, "duration", took)
+		}
+	case ActionAck:
+		// The common case: no publish to bound, and no log record to
+		// build when Info is off.
+		s.ack(d, o)
+		if s.pool.log.Enabled(context.Background(), slog.LevelInfo) {
+			s.pool.log.Info("queuey: job done", "queue", s.q.work, "job_id", o.Job.ID, "job_type", o.Job.Type, "attempt", o.Job.Attempt, "duration", took)
+		}
+	case ActionRetry, ActionDefer:
+		s.republish(d, o)
+	case ActionDeadLetter:
+		s.deadLetter(d, o)
+	}
+}
+
+// settleAttrs are the log attributes every settled job's record starts with.
+func (s *subscription) settleAttrs(o Outcome) []any {
+	return []any{"queue", s.q.work, "job_id", o.Job.ID, "job_type", o.Job.Type, "attempt", o.Job.Attempt}
+}
+
+// republish settles a retry or a deferral: the job goes back to its work
+// queue through a hold queue, as the next attempt (at priority 0) or as the
+// same attempt deferred (at the queue's max priority, ahead of the backlog).
+func (s *subscription) republish(d amqp.Delivery, o Outcome) {
+	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+	defer cancel()
+	env := *o.env
+	env.Queue = s.q.work
+	if o.Action == ActionRetry {
+		env.Attempt++
+		env.Priority = 0
+	} else {
+		env.Deferrals++
+		env.Priority = s.q.maxPriority
+	}
+	if err := s.pool.pub.publishEnvelopeWith(ctx, env, o.HoldTTL.Milliseconds(), withoutDeadLetterHeaders(d.Headers)); err != nil {
+		s.requeue(d, o, err)
+		return
+	}
+	s.ack(d, o)
+	if o.Action == ActionRetry {
+		s.pool.log.Warn("queuey: job failed; retrying", append(s.settleAttrs(o), "max_attempts", o.Job.MaxAttempts, "delay", o.HoldTTL, "error", o.Err)...)
+	} else {
+		s.pool.log.Info("queuey: job deferred", append(s.settleAttrs(o), "delay", o.HoldTTL, "reason", o.Reason, "deferrals", env.Deferrals)...)
+	}
+}
+
+// deadLetter settles a dead letter: the dead-letter hook runs, then the
+// delivery is published, as it came, to the queue's dead-letter queue.
+func (s *subscription) deadLetter(d amqp.Delivery, o Outcome) {
+	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+	defer cancel()
+	attempts := o.Job.Attempt
+	if o.env == nil {
+		attempts = headerInt(d.Headers, topology.HeaderAttempt)
+	}
+	s.runDeadLetterHook(ctx, DeadLetter{Body: d.Body, Err: o.Err, Job: o.Job, Queue: s.q.work, Reason: o.Reason})
+	if err := s.pool.pub.publishRaw(ctx, s.q.dead, deadLetterPublishing(d, o.Reason, s.q.work, attempts)); err != nil {
+		s.requeue(d, o, err)
+		return
+	}
+	s.ack(d, o)
+	s.pool.log.Error("queuey: job dead-lettered", append(s.settleAttrs(o), "dead_letter_queue", s.q.dead, "reason", o.Reason, "error", o.Err)...)
+}
+
+func (s *subscription) ack(d amqp.Delivery, o Outcome) {
+	if err := d.Ack(false); err != nil {
+		// The channel is gone, and with it the delivery: the broker
+		// delivers the job again, so it may run (or be republished) twice.
+		s.pool.log.Warn("queuey: could not acknowledge a settled job; the broker will deliver it again", "queue", s.q.work, "job_id", o.Job.ID, "action", o.Action, "error", err)
+	}
+}
+
+// requeue returns a delivery whose republish failed to its queue. It waits a
+// moment first (unless the pool is stopping), so that a broker that keeps
+// refusing the publish does not turn the delivery into a hot loop.
+func (s *subscription) requeue(d amqp.Delivery, o Outcome, err error) {
+	s.pool.log.Error("queuey: could not publish the job's "+o.Action.String()+"; returning the delivery to the queue", "queue", s.q.work, "job_id", o.Job.ID, "error", err)
+	t := time.NewTimer(time.Second)
+	select {
+	case <-t.C:
+	case <-s.pool.stopCtx.Done():
+		t.Stop()
+	}
+	s.giveBack(d, o)
+}
+
+// giveBack returns delivery d of s to its work queue unsettled: with a
+// requeue (basic.nack), or, once the broker has cancelled s's consumer
+// because the queue was deleted (a migration replacing it), by publishing it
+// to the work queue again and acknowledging it. A requeue then would drop
+// it: the queue that delivered it is gone, and deleting a queue discards the
+// deliveries its consumers hold. The publish goes where a producer's would,
+// into the migration queue while the migration runs. A requeue sent just
+// before the cancellation arrives can still cross the deletion. giveBack
+// logs its failures, and reports whether the job is back in its queue, or
+// will be once the channel closes.
+func (s *subscription) giveBack(d amqp.Delivery, o Outcome) bool {
+	if !s.cancelled() {
+		if err := d.Nack(false, true); err != nil {
+			s.pool.log.Warn("queuey: could not return the job to its queue; the broker will deliver it again when the channel closes", "queue", s.q.work, "job_id", o.Job.ID, "error", err)
+		}
+		return true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+	defer cancel()
+	msg := divert.Republishing(d)
+	// The broker refuses a user id that is not the publishing
+	// connection's user.
+	msg.UserId = ""
+	if err := s.pool.pub.publishRaw(ctx, s.q.work, msg); err != nil {
+		// A requeue would drop it too: leave it to the channel's close.
+		s.pool.log.Error("queuey: the job's queue was deleted while the job ran, and publishing the job to it again failed: unless a try of that publish reached the queue after all, the job is lost", "queue", s.q.work, "job_id", o.Job.ID, "error", err)
+		return false
+	}
+	s.ack(d, o)
+	return true
+}
+
+// runDeadLetterHook runs OnDeadLetter, recovering its panic.
+func (s *subscription) runDeadLetterHook(ctx context.Context, dl DeadLetter) {
+	hook := s.pool.opts.OnDeadLetter
+	if hook == nil {
+		return
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			s.pool.log.Error("queuey: the dead-letter hook panicked", "queue", dl.Queue, "job_id", dl.Job.ID, "panic", r)
+		}
+	}()
+	hook(ctx, dl)
+}
+
+// deadLetterPublishing is the dead letter of d: its body verbatim, its
+// properties, its headers without the broker's x-death ones, plus why, from
+// where, and after how many attempts. It is persistent whatever d was: the
+// dead-letter queue is durable, and a dead letter lost on a restart is one
+// nobody will ever know about.
+func deadLetterPublishing(d amqp.Delivery, reason, work string, attempts int) amqp.Publishing {
+	h := stripDeathHeaders(d.Headers)
+	h[topology.HeaderDeathReason] = reason
+	h[topology.HeaderOriginalQueue] = work
+	h[topology.HeaderAttempts] = int64(attempts)
+	return amqp.Publishing{
+		Headers:         h,
+		ContentType:     d.ContentType,
+		ContentEncoding: d.ContentEncoding,
+		DeliveryMode:    amqp.Persistent,
+		Priority:        d.Priority,
+		CorrelationId:   d.CorrelationId,
+		ReplyTo:         d.ReplyTo,
+		MessageId:       d.MessageId,
+		Timestamp:       d.Timestamp,
+		Type:            d.Type,
+		AppId:           d.AppId,
+		// Expiration is left out (the dead letter must not expire) and
+		// so is UserId (the broker refuses one that is not the
+		// publishing connection's user).
+		Body: d.Body,
+	}
+}
+
+// withoutDeadLetterHeaders copies h without the headers a dead letter gets,
+// so that a dead letter replayed into its work queue and then retried does
+// not carry the reason it died the first time.
+func withoutDeadLetterHeaders(h amqp.Table) amqp.Table {
+	if h == nil {
+		return nil
+	}
+	out := make(amqp.Table, len(h))
+	for k, v := range h {
+		switch k {
+		case topology.HeaderDeathReason, topology.HeaderOriginalQueue, topology.HeaderAttempts:
+		default:
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// headerInt reads an integer header of any AMQP integer width, or 0.
+func headerInt(h amqp.Table, key string) int {
+	switch v := h[key].(type) {
+	case int64:
+		return int(v)
+	case int32:
+		return int(v)
+	case int16:
+		return int(v)
+	case int8:
+		return int(v)
+	case uint8:
+		return int(v)
+	case uint16:
+		return int(v)
+	case uint32:
+		return int(v)
+	case int:
+		return v
+	}
+	return 0
+}

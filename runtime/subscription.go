@@ -1,0 +1,125 @@
+package queuey
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/queuey/terraform-provider-queuey/runtime/internal/jobutil"
+)
+
+// subscription is one consumer of one work queue, and the one owner of what
+// that consumer's deliveries depend on: the channel they came on (an ack
+// must go back on it), the consumer tag (Stop cancels by it), the broker's
+// cancellation of the consumer (which changes how a delivery is given back,
+// see giveBack) and the deliveries taken from it that are not settled yet
+// (the channel is closed only once they are). The pool's consume loop makes
+// one per consumer it starts, so a resubscription is a new subscription on a
+// new channel; once serve returns, the old one only settles what it took.
+type subscription struct {
+	pool *WorkerPool
+	q    *poolQueue
+	ch   *amqp.Channel
+	tag  string
+
+	deliveries <-chan amqp.Delivery
+	// cancels hears the broker cancel the consumer: its queue was
+	// deleted, with the deliveries not yet settled (see giveBack).
+	cancels <-chan string
+	mu      sync.Mutex
+	gone    bool // a cancellation was read from cancels; under mu
+
+	inflight sync.WaitGroup // one per delivery being handled or settled
+}
+
+// newSubscription is a subscription to q on ch, not yet consuming.
+func newSubscription(p *WorkerPool, q *poolQueue, ch *amqp.Channel) *subscription {
+	return &subscription{pool: p, q: q, ch: ch, tag: "queuey-" + q.work + "-" + jobutil.NewID()[:8]}
+}
+
+// subscribe sets the prefetch and starts the consumer, registering s with
+// the pool so that Stop can cancel it. On an error the channel is closed and
+// s is done with.
+func (s *subscription) subscribe() error {
+	if err := s.ch.Qos(s.q.prefetch, 0, false); err != nil {
+		_ = s.ch.Close()
+		return fmt.Errorf("set prefetch: %w", err)
+	}
+	s.cancels = s.ch.NotifyCancel(make(chan string, 1))
+	deliveries, err := s.ch.Consume(s.q.work, s.tag, false, false, false, false, nil)
+	if err != nil {
+		_ = s.ch.Close()
+		return err
+	}
+	s.deliveries = deliveries
+	if !s.pool.register(s) {
+		// Stop ran between Consume and here and could not see this
+		// consumer: cancel it, and serve what it already pulled.
+		s.cancel()
+	}
+	return nil
+}
+
+// cancel asks the broker to stop delivering to s. amqp091-go then hands
+// over the deliveries it already holds and closes the delivery channel, so
+// serve returns once they are handed out; a closed channel has no consumer
+// left to cancel.
+func (s *subscription) cancel() {
+	_ = s.ch.Cancel(s.tag, false)
+}
+
+// cancelled reports whether the broker has cancelled s's consumer, as far
+// as amqp091-go has handed it over: it notifies cancels before it closes
+// the consumer's deliveries, so a cancellation the client has read by now
+// is seen here, by the handlers still running the subscription's jobs and
+// by consume once the deliveries have ended. amqp091-go sends the
+// consumer's tag when the broker cancels it, and closes cancels when the
+// channel shuts down for any reason, a lost connection included: only a
+// value is a cancellation.
+func (s *subscription) cancelled() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.gone && s.cancels != nil {
+		select {
+		case _, ok := <-s.cancels:
+			s.gone = ok
+		default:
+		}
+	}
+	return s.gone
+}
+
+// serve hands each delivery to a handler goroutine, bounded by the pool's
+// concurrency, until the delivery channel closes. The channel is closed in
+// the background once every delivery taken from it is settled, so that their
+// acks can still reach the broker while the next subscription starts; the
+// pool's handlers group waits for that close.
+func (s *subscription) serve() {
+	p := s.pool
+	p.handlers.Add(1)
+	defer func() {
+		go func() {
+			defer p.handlers.Done()
+			s.inflight.Wait()
+			_ = s.ch.Close()
+		}()
+	}()
+	for d := range s.deliveries {
+		p.sem <- struct{}{}
+		s.inflight.Add(1)
+		go func() {
+			defer s.inflight.Done()
+			defer func() { <-p.sem }()
+			s.handle(d)
+		}()
+	}
+}
+
+// handle runs one delivery through the dispatcher and settles it.
+func (s *subscription) handle(d amqp.Delivery) {
+	start := time.Now()
+	o := s.pool.disp.Dispatch(s.pool.jobCtx, s.q.name, d.Body)
+	s.settle(d, o, time.Since(start))
+}
