@@ -17,10 +17,11 @@ import (
 	"github.com/queuey/terraform-provider-queuey/runtime/topology"
 )
 
-// This file is the pure half of the queue set resource: ids, the mapping
-// between Terraform values and the topology package, what the broker's
-// queues say a queue's configuration is, and diffing. None of it does I/O,
-// so all of it is unit-tested.
+// This file and changes.go are the pure half of the queue set resource. This
+// one holds ids, the mapping between Terraform values and the topology
+// package, what the broker's queues say a queue's configuration is and where
+// their messages are, and the diff of one queue. None of it does I/O, so all
+// of it is unit-tested.
 
 // queueModel is one element of the queues map.
 type queueModel struct {
