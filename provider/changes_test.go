@@ -50,6 +50,13 @@ func planned(name string, p int64, durable bool) queueModel {
 func withoutWork(q queueModel) queueModel { q.Name = types.StringNull(); return q }
 func withoutDead(q queueModel) queueModel { q.DeadName = types.StringNull(); return q }
 
+// withDeadArgs is q as Read leaves it when its dead-letter queue has
+// arguments queuey never sets.
+func withDeadArgs(q queueModel, args map[string]int64) queueModel {
+	q.DeadArguments = argsValue(args)
+	return q
+}
+
 func TestPlanChanges(t *testing.T) {
 	t.Parallel()
 	a := planned("a", 10, true)
@@ -90,6 +97,10 @@ func TestPlanChanges(t *testing.T) {
 		before: map[string]queueModel{"a": withoutDead(a)}, after: map[string]queueModel{"a": planned("a", 5, true)},
 		replaced: map[string]queueChange{"a": {Work: true, Reason: "x-max-priority 10 → 5"}},
 		missing:  map[string]missingQueues{"a": {dead: true}},
+	}, {
+		why:    "the dead-letter queue drifted",
+		before: map[string]queueModel{"a": withDeadArgs(a, map[string]int64{"x-message-ttl": 1000})}, after: map[string]queueModel{"a": a},
+		replaced: map[string]queueChange{"a": {Dead: true, Reason: "dead-letter queue x-message-ttl 1000 → (none)"}},
 	}, {
 		why:    "an empty state (after an import that found nothing)",
 		before: map[string]queueModel{}, after: map[string]queueModel{"b": planned("b", 1, true), "a": a},
@@ -179,6 +190,21 @@ func TestOperations(t *testing.T) {
 		before: map[string]queueModel{"a": withoutDead(a)}, after: map[string]queueModel{"a": planned("a", 5, true)},
 		existing: listed("app.a"),
 		want:     []string{"a: migrate app.a; declare app.a.dead"},
+	}, {
+		why:    "a dead-letter queue with drifted arguments is migrated, its work queue left alone",
+		before: map[string]queueModel{"a": withDeadArgs(a, map[string]int64{"x-message-ttl": 1000})}, after: map[string]queueModel{"a": a},
+		existing: listed("app.a", "app.a.dead"),
+		want:     []string{"a: migrate app.a.dead"},
+	}, {
+		why:    "a changed dead-letter queue whose work queue is gone: the work queue declared, then the dead-letter queue migrated",
+		before: map[string]queueModel{"a": withoutWork(withDeadArgs(a, map[string]int64{"x-message-ttl": 1000}))}, after: map[string]queueModel{"a": a},
+		existing: listed("app.a.dead"),
+		want:     []string{"a: declare app.a; migrate app.a.dead"},
+	}, {
+		why:    "a missing dead-letter queue is declared again, alone",
+		before: map[string]queueModel{"a": withoutDead(a)}, after: map[string]queueModel{"a": a},
+		existing: listed("app.a"),
+		want:     []string{"a: declare app.a.dead"},
 	}, {
 		why:    "a missing work queue is declared again, alone",
 		before: map[string]queueModel{"a": withoutWork(a)}, after: map[string]queueModel{"a": a},
