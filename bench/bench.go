@@ -110,23 +110,6 @@ func (b *bench) purge(queues ...string) error {
 	})
 }
 
-// deleteQueues deletes queues over AMQP, ignoring ones that are gone.
-func (b *bench) deleteQueues(queues ...string) {
-	_ = b.adminDo(func(ch *amqp.Channel) error {
-		for _, q := range queues {
-			if _, err := ch.QueueDelete(q, false, false, false); err != nil {
-				// A missing queue closes the channel with 404.
-				ch2, err2 := b.raw.Channel()
-				if err2 != nil {
-					return err2
-				}
-				b.admin, ch = ch2, ch2
-			}
-		}
-		return nil
-	})
-}
-
 // cleanupQueues deletes every queue under the bench's prefix that the
 // management API lists.
 func (b *bench) cleanupQueues() {

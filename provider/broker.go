@@ -52,13 +52,14 @@ type brokerQueue struct {
 }
 
 // newBroker builds the broker behind endpoint. transport nil means
-// http.DefaultTransport.
+// http.DefaultTransport, which presents no client certificate. Its TLS
+// settings are not read: the shared transport writes them on its first
+// request (or Clone) in any goroutine, so reading them races with that.
 func newBroker(endpoint, username, password string, transport http.RoundTripper) (*broker, error) {
+	clientCert := false
 	if transport == nil {
 		transport = http.DefaultTransport
-	}
-	clientCert := false
-	if t, ok := transport.(*http.Transport); ok && t.TLSClientConfig != nil {
+	} else if t, ok := transport.(*http.Transport); ok && t.TLSClientConfig != nil {
 		clientCert = len(t.TLSClientConfig.Certificates) > 0
 	}
 	c, err := newRabbitClient(endpoint, username, password, plainHTTPCheck{next: transport})

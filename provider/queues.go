@@ -17,10 +17,11 @@ import (
 	"github.com/queuey/terraform-provider-queuey/runtime/topology"
 )
 
-// This file is the pure half of the queue set resource: ids, the mapping
-// between Terraform values and the topology package, what the broker's
-// queues say a queue's configuration is, and diffing. None of it does I/O,
-// so all of it is unit-tested.
+// This file and changes.go are the pure half of the queue set resource. This
+// one holds ids, the mapping between Terraform values and the topology
+// package, what the broker's queues say a queue's configuration is and where
+// their messages are, and the diff of one queue. None of it does I/O, so all
+// of it is unit-tested.
 
 // queueModel is one element of the queues map.
 type queueModel struct {
@@ -420,16 +421,6 @@ func mapInts(ctx context.Context, m types.Map) (map[string]int64, diag.Diagnosti
 	return out, diags
 }
 
-// anyArgs converts computed arguments back to what the management API is
-// sent: int64 values, JSON numbers, never strings.
-func anyArgs(args map[string]int64) map[string]any {
-	out := make(map[string]any, len(args))
-	for k, v := range args {
-		out[k] = v
-	}
-	return out
-}
-
 // sortedKeys returns the keys of m in order, so that operations and
 // messages come out the same on every run.
 func sortedKeys[V any](m map[string]V) []string {
@@ -439,4 +430,47 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// holdQueuesOf lists, in name order, the hold queues of work in existing.
+func holdQueuesOf(existing map[string]brokerQueue, work string) []string {
+	var found []string
+	for n := range existing {
+		if held, _, ok := topology.ParseHoldName(n); ok && held == work {
+			found = append(found, n)
+		}
+	}
+	sort.Strings(found)
+	return found
+}
+
+// heldMessages lists where messages of work's queues are, as "queue
+// \"p.x.dead\" holds 3 messages", looking at the work queue, its hold
+// queues and its dead-letter queue as asked.
+func heldMessages(existing map[string]brokerQueue, workName string, work, holds, dead bool) []string {
+	var names []string
+	if work {
+		names = append(names, workName, topology.MigrationName(workName))
+	}
+	if holds {
+		names = append(names, holdQueuesOf(existing, workName)...)
+	}
+	if dead {
+		names = append(names, topology.DeadName(workName))
+	}
+	var out []string
+	for _, n := range names {
+		if q, ok := existing[n]; ok && q.Messages > 0 {
+			out = append(out, fmt.Sprintf("queue %q holds %s", n, migrate.Count(int(q.Messages))))
+		}
+	}
+	return out
+}
+
+func setOf(names []string) map[string]bool {
+	m := make(map[string]bool, len(names))
+	for _, n := range names {
+		m[n] = true
+	}
+	return m
 }

@@ -26,32 +26,17 @@ func declareSet(ac *amqp.Connection, set QueueSet) error {
 	}
 	defer func() { _ = ch.Close() }()
 	for _, d := range setDeclarations(set) {
-		if err := declareQueue(ch, d.name, d.durable, d.args); err != nil {
+		if err := declareQueue(ch, d.Name, d.Durable, d.Args); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// declaration is one queue to declare, with its flags and arguments.
-type declaration struct {
-	name    string
-	durable bool
-	args    map[string]any
-}
-
 // setDeclarations lists the queues a set declares: for every queue of the
 // set, in order, its work queue and then its dead-letter queue.
-func setDeclarations(set QueueSet) []declaration {
-	out := make([]declaration, 0, 2*len(set.Queues))
-	for _, q := range set.Queues {
-		tq := q.topology()
-		work := set.WorkQueue(q.Name)
-		out = append(out,
-			declaration{work, tq.Durable, topology.WorkArgs(tq)},
-			declaration{topology.DeadName(work), topology.DeadDurable, topology.DeadArgs()})
-	}
-	return out
+func setDeclarations(set QueueSet) []topology.Declaration {
+	return topology.Declarations(set.topology())
 }
 
 // declareOnConnect is the onConnect of a producer or worker built from set:
@@ -90,22 +75,22 @@ func declareOnConnect(set QueueSet, logger *slog.Logger) func(*amqp.Connection) 
 // the migration moves its messages aside once more and retries.
 func redeclareSet(ac *amqp.Connection, set QueueSet, logger *slog.Logger) error {
 	for _, d := range setDeclarations(set) {
-		migrating, err := queueExists(ac, topology.MigrationName(d.name))
+		migrating, err := queueExists(ac, topology.MigrationName(d.Name))
 		if err != nil {
 			return err
 		}
 		if migrating {
-			logger.Info("queuey: queue is being migrated; not declaring it on reconnect", "queue", d.name)
+			logger.Info("queuey: queue is being migrated; not declaring it on reconnect", "queue", d.Name)
 			continue
 		}
 		ch, err := ac.Channel()
 		if err != nil {
 			return fmt.Errorf("queuey: open a channel to declare queue set %q: %w", set.Prefix, err)
 		}
-		err = declareQueue(ch, d.name, d.durable, d.args)
+		err = declareQueue(ch, d.Name, d.Durable, d.Args)
 		_ = ch.Close()
 		if errors.Is(err, ErrPreconditionFailed) {
-			logger.Warn("queuey: queue exists with other arguments than this process declares, as after a migration; using it as it is", "queue", d.name, "error", err)
+			logger.Warn("queuey: queue exists with other arguments than this process declares, as after a migration; using it as it is", "queue", d.Name, "error", err)
 			continue
 		}
 		if err != nil {

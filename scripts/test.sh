@@ -3,7 +3,8 @@
 # broker (build tag "integration"), Terraform acceptance tests (TF_ACC=1) with
 # the real Terraform binary, the fault suite (build tag "faults", against a
 # second broker node it starts and stops itself) and every fuzz target for
-# FUZZTIME (default 60s), plus the static checks CI holds us to.
+# FUZZTIME (default 60s), plus the static checks CI holds us to and the unit
+# tests under the race detector.
 #
 # It starts what the tests need first, so a missing broker is a failure here,
 # never a skipped test.
@@ -30,6 +31,11 @@ if [ -n "$unformatted" ]; then
 fi
 go vet -tags integration ./...
 bash scripts/docs.sh --check
+
+echo "== unit tests under the race detector"
+# No build tags and no TF_ACC: the unit tests of every package, which need
+# neither broker nor Terraform.
+env -u TF_ACC go test -race -count=1 ./...
 
 echo "== fuzz targets, ${FUZZTIME:-60s} each"
 bash scripts/fuzz.sh "${FUZZTIME:-60s}"

@@ -14,6 +14,12 @@ var ErrInvalidName = errors.New("invalid queue name")
 // would not fit the 255-byte AMQP short string.
 var ErrNameTooLong = errors.New("queue name too long")
 
+// ErrInvalidPrefix is matched by a *NameError about the prefix itself.
+var ErrInvalidPrefix = errors.New("invalid queue set prefix")
+
+// ErrNoQueues is matched by the *NameError of a set without queues.
+var ErrNoQueues = errors.New("queue set has no queues")
+
 // ErrInvalidArgument is matched by every *ArgumentError.
 var ErrInvalidArgument = errors.New("invalid queue argument")
 
@@ -25,6 +31,9 @@ type NameError struct {
 	// Reason says what is wrong and what to do.
 	Reason  string
 	tooLong bool
+	// prefix and noQueues mark the errors that match ErrInvalidPrefix and
+	// ErrNoQueues; both read "prefix: ...".
+	prefix, noQueues bool
 	// logical marks an error about a logical queue, so that one whose
 	// name is empty is not reported as an error of the prefix.
 	logical bool
@@ -37,16 +46,32 @@ func (e *NameError) Error() string {
 	return fmt.Sprintf("queue %q: %s", e.Queue, e.Reason)
 }
 
-// Is makes errors.Is match ErrInvalidName, and ErrNameTooLong for length.
+// Is makes errors.Is match ErrInvalidName, and ErrNameTooLong for length,
+// ErrInvalidPrefix for the prefix and ErrNoQueues for an empty set.
 func (e *NameError) Is(target error) bool {
-	return target == ErrInvalidName || (e.tooLong && target == ErrNameTooLong)
+	return target == ErrInvalidName || (e.tooLong && target == ErrNameTooLong) ||
+		(e.prefix && target == ErrInvalidPrefix) || (e.noQueues && target == ErrNoQueues)
 }
 
-// ArgumentError says which argument of a logical queue is out of range.
+// The arguments an *ArgumentError can be about, as its Argument says them.
+const (
+	ArgumentMaxPriority = "max priority"
+	ArgumentMessageTTL  = "message TTL"
+)
+
+// ArgumentError says which argument of a logical queue is out of range, and
+// the value it refused, so that a caller can point at the setting without
+// reading the message.
 type ArgumentError struct {
-	Queue    string
+	// Queue is the logical queue.
+	Queue string
+	// Argument is ArgumentMaxPriority or ArgumentMessageTTL.
 	Argument string
-	Reason   string
+	// Value is the refused value: an int64 for the max priority, a
+	// time.Duration for the message TTL.
+	Value any
+	// Reason is the value and what is wrong with it.
+	Reason string
 }
 
 func (e *ArgumentError) Error() string {
@@ -60,12 +85,12 @@ func (e *ArgumentError) Is(target error) bool { return target == ErrInvalidArgum
 func ValidatePrefix(prefix string) error {
 	switch {
 	case prefix == "":
-		return &NameError{Reason: "must not be empty"}
+		return &NameError{prefix: true, Reason: "must not be empty"}
 	case strings.HasSuffix(prefix, "."):
-		return &NameError{Reason: fmt.Sprintf("%q must not end in '.': queue names join it with '.' already", prefix)}
+		return &NameError{prefix: true, Reason: fmt.Sprintf("%q must not end in '.': queue names join it with '.' already", prefix)}
 	case strings.HasPrefix(prefix+".", "amq."):
 		// prefix "amq" counts too: its queues would be named "amq.<name>".
-		return &NameError{Reason: fmt.Sprintf("%q must not start with \"amq.\" (nor be \"amq\"): RabbitMQ reserves queue names that start with \"amq.\"", prefix)}
+		return &NameError{prefix: true, Reason: fmt.Sprintf("%q must not start with \"amq.\" (nor be \"amq\"): RabbitMQ reserves queue names that start with \"amq.\"", prefix)}
 	}
 	return nil
 }
@@ -87,17 +112,31 @@ func ValidateName(prefix, name string) error {
 
 // ValidateQueue checks the arguments of one logical queue.
 func ValidateQueue(q Queue) error {
-	if q.MaxPriority < 0 || q.MaxPriority > MaxPriorityLimit {
-		return &ArgumentError{Queue: q.Name, Argument: "max priority", Reason: fmt.Sprintf("%d is out of range: use 1 to %d, or 0 for a queue without priorities", q.MaxPriority, MaxPriorityLimit)}
+	if err := ValidateMaxPriority(q.Name, int64(q.MaxPriority)); err != nil {
+		return err
+	}
+	ttl := func(reason string) error {
+		return &ArgumentError{Queue: q.Name, Argument: ArgumentMessageTTL, Value: q.MessageTTL, Reason: reason}
 	}
 	if q.MessageTTL < 0 {
-		return &ArgumentError{Queue: q.Name, Argument: "message TTL", Reason: fmt.Sprintf("%s is negative: leave it unset for no TTL", q.MessageTTL)}
+		return ttl(fmt.Sprintf("%s is negative: leave it unset for no TTL", q.MessageTTL))
 	}
 	if q.MessageTTL%time.Millisecond != 0 {
-		return &ArgumentError{Queue: q.Name, Argument: "message TTL", Reason: fmt.Sprintf("%s is not a whole number of milliseconds, the unit RabbitMQ counts in", q.MessageTTL)}
+		return ttl(fmt.Sprintf("%s is not a whole number of milliseconds, the unit RabbitMQ counts in", q.MessageTTL))
 	}
 	if q.MessageTTL.Milliseconds() > MaxMessageTTL {
-		return &ArgumentError{Queue: q.Name, Argument: "message TTL", Reason: fmt.Sprintf("%s is longer than RabbitMQ's limit of %d ms (%s)", FormatDuration(q.MessageTTL), MaxMessageTTL, FormatDuration(time.Duration(MaxMessageTTL)*time.Millisecond))}
+		return ttl(fmt.Sprintf("%s is longer than RabbitMQ's limit of %d ms (%s)", FormatDuration(q.MessageTTL), MaxMessageTTL, FormatDuration(time.Duration(MaxMessageTTL)*time.Millisecond)))
+	}
+	return nil
+}
+
+// ValidateMaxPriority checks the max priority of logical queue name. It
+// takes an int64 so that a caller holding a wider value than Queue's int
+// (a Terraform number) has it checked, and reported, as written.
+func ValidateMaxPriority(name string, p int64) error {
+	if p < 0 || p > MaxPriorityLimit {
+		return &ArgumentError{Queue: name, Argument: ArgumentMaxPriority, Value: p,
+			Reason: fmt.Sprintf("%d is out of range: use 1 to %d, or 0 for a queue without priorities", p, MaxPriorityLimit)}
 	}
 	return nil
 }
@@ -111,7 +150,7 @@ func Validate(s Set) error {
 		errs = append(errs, err)
 	}
 	if len(s.Queues) == 0 {
-		errs = append(errs, &NameError{Reason: fmt.Sprintf("the set %q has no queues: declare at least one", s.Prefix)})
+		errs = append(errs, &NameError{noQueues: true, Reason: fmt.Sprintf("the set %q has no queues: declare at least one", s.Prefix)})
 	}
 	// owner maps every broker name the set will use to the logical queue
 	// that uses it, so that a collision can name both.

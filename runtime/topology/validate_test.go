@@ -480,3 +480,31 @@ func TestValidateDivertQueueCollision(t *testing.T) {
 		t.Fatalf("DivertArgs() = %v, want x-max-length 0 (int64) and x-overflow reject-publish", args)
 	}
 }
+
+// An *ArgumentError carries the refused value, and a *NameError says by a
+// sentinel whether it is about the prefix or an empty set, so that a caller
+// (the provider) can point at its setting without reading the message.
+func TestValidationErrorsCarryFieldAndValue(t *testing.T) {
+	t.Parallel()
+
+	var ae *topology.ArgumentError
+	if err := topology.ValidateMaxPriority("v256", 300); !errors.As(err, &ae) ||
+		ae.Queue != "v256" || ae.Argument != topology.ArgumentMaxPriority || ae.Value != int64(300) ||
+		err.Error() != `queue "v256": max priority 300 is out of range: use 1 to 255, or 0 for a queue without priorities` {
+		t.Errorf("ValidateMaxPriority(v256, 300) = %#v", err)
+	}
+	if err := topology.ValidateQueue(topology.Queue{Name: "a", MessageTTL: -time.Millisecond}); !errors.As(err, &ae) ||
+		ae.Argument != topology.ArgumentMessageTTL || ae.Value != -time.Millisecond {
+		t.Errorf("ValidateQueue with TTL -1ms = %#v", err)
+	}
+	if err := topology.ValidatePrefix("p."); !errors.Is(err, topology.ErrInvalidPrefix) || errors.Is(err, topology.ErrNoQueues) {
+		t.Errorf("ValidatePrefix(p.) = %v, want ErrInvalidPrefix only", err)
+	}
+	err := topology.Validate(topology.Set{Prefix: "p"})
+	if !errors.Is(err, topology.ErrNoQueues) || errors.Is(err, topology.ErrInvalidPrefix) {
+		t.Errorf("Validate of a set without queues = %v, want ErrNoQueues only", err)
+	}
+	if err := topology.ValidateName("p", ""); errors.Is(err, topology.ErrInvalidPrefix) {
+		t.Errorf("ValidateName(p, \"\") = %v matches ErrInvalidPrefix", err)
+	}
+}

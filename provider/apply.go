@@ -1,0 +1,72 @@
+package provider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/hashicorp/terraform-plugin-log/tflog"
+
+	"github.com/queuey/terraform-provider-queuey/provider/internal/migrate"
+	"github.com/queuey/terraform-provider-queuey/runtime/topology"
+)
+
+// This file is the executing half of Create, Update and Delete: it runs the
+// operations changes.go plans, against the management API and, for a
+// migration, over AMQP.
+
+// run carries out ops, declareWorkers at a time, and returns each one's
+// error, nil for an operation that succeeded.
+func (r *queueSetResource) run(ctx context.Context, vhost string, ops []operation) []error {
+	tasks := make([]func() error, len(ops))
+	for i, op := range ops {
+		tasks[i] = func() error {
+			for _, s := range op.steps {
+				if err := r.runStep(ctx, vhost, s); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}
+	return runAll(ctx, declareWorkers, tasks)
+}
+
+func (r *queueSetResource) runStep(ctx context.Context, vhost string, s step) error {
+	d := s.queue
+	switch s.kind {
+	case stepDeclare:
+		return r.data.broker.declare(vhost, d.Name, d.Durable, d.Args)
+	case stepMigrate:
+		return r.replaceQueue(ctx, vhost, d)
+	case stepDelete:
+		return r.data.broker.deleteQueue(vhost, d.Name, s.ifEmpty)
+	}
+	return fmt.Errorf("unknown step %d on queue %q", s.kind, d.Name)
+}
+
+// replaceQueue declares one broker queue again with new arguments without
+// losing a message: it moves them aside into the queue's migration queue over
+// AMQP, deletes the queue only when it is empty, declares it anew and moves
+// them back (see package migrate). Called for a queue whose migration queue
+// was left behind by an apply that died, it finishes that migration.
+func (r *queueSetResource) replaceQueue(ctx context.Context, vhost string, d topology.Declaration) error {
+	res, err := migrate.MigrateURL(ctx, r.data.amqpURL, vhost, r.data.amqpConfig, d.Name, d.Args, d.Durable, nil)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errMigration, err)
+	}
+	tflog.Info(ctx, "queue migrated", map[string]any{
+		"queue": d.Name, "found": string(res.Found), "moved_aside": res.MovedAside, "moved_back": res.MovedBack,
+		"absent_ms": res.Absent.Milliseconds(), "took_ms": res.Took.Milliseconds(), "user_ids_dropped": res.UserIDsDropped,
+	})
+	if res.UserIDsDropped > 0 {
+		tflog.Warn(ctx, "queue migrated with messages whose user_id named another user than the provider's AMQP user; RabbitMQ refuses to publish those, so they were moved without it", map[string]any{
+			"queue": d.Name, "messages": res.UserIDsDropped,
+		})
+	}
+	return nil
+}
+
+// errMigration marks a failed migration, whose messages are safe in one of
+// two queues and which the next apply resumes.
+var errMigration = errors.New("migration failed")

@@ -1,0 +1,90 @@
+package provider
+
+import (
+	"context"
+
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-framework/resource"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+)
+
+// ModifyPlan fills in every queue's names and arguments, which follow from
+// the configuration alone, so the plan shows them instead of "known after
+// apply"; and it warns about every queue the apply will replace because its
+// arguments change, with its message count, since that is what an operator
+// must see before approving.
+func (r *queueSetResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
+	if req.Plan.Raw.IsNull() {
+		return // destroy: Delete checks for messages and says so
+	}
+	var plan queueSetModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	if resp.Diagnostics.HasError() || plan.Queues.IsUnknown() || plan.Queues.IsNull() || plan.Prefix.IsUnknown() {
+		return
+	}
+	queues := map[string]queueModel{}
+	resp.Diagnostics.Append(plan.Queues.ElementsAs(ctx, &queues, false)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	for name, q := range queues {
+		queues[name] = withComputed(plan.Prefix.ValueString(), name, q)
+	}
+	m, diags := types.MapValueFrom(ctx, queueObjectType, queues)
+	resp.Diagnostics.Append(diags...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("queues"), m)...)
+
+	if req.State.Raw.IsNull() {
+		return
+	}
+	var state queueSetModel
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	if !state.Prefix.Equal(plan.Prefix) || !state.Vhost.Equal(plan.Vhost) {
+		return // the whole set is replaced; Terraform's plan says so
+	}
+	before := map[string]queueModel{}
+	if !state.Queues.IsNull() {
+		resp.Diagnostics.Append(state.Queues.ElementsAs(ctx, &before, false)...)
+	}
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	resp.Diagnostics.Append(r.replacementWarnings(ctx, state.Vhost.ValueString(), plan.Prefix.ValueString(), before, queues)...)
+}
+
+// replacementWarnings warns about each queue in both before (the state) and
+// after (the plan) whose work or dead-letter queue the apply replaces.
+func (r *queueSetResource) replacementWarnings(ctx context.Context, vhost, prefix string, before, after map[string]queueModel) diag.Diagnostics {
+	var diags diag.Diagnostics
+	for _, name := range sortedKeys(after) {
+		old, ok := before[name]
+		if !ok {
+			continue
+		}
+		change, d := replacement(ctx, old, after[name])
+		diags.Append(d...)
+		if !change.Work && !change.Dead {
+			continue
+		}
+		spec, err := specFor(prefix, name, after[name])
+		if err != nil {
+			continue // validateSet reports it
+		}
+		target := spec.work
+		if !change.Work {
+			target = spec.dead
+		}
+		count, counted := -1, "Its message count could not be read (the provider is not configured yet)."
+		if r.data != nil {
+			if bq, found, err := r.data.broker.getQueue(vhost, target.Name); err == nil && found {
+				count, counted = int(bq.Messages), "The count is the management API's, which can lag a few seconds."
+			}
+		}
+		diags.Append(replacementWarning(vhost, name, target, change.Reason, count, counted))
+	}
+	return diags
+}
