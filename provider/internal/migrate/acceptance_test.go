@@ -313,7 +313,7 @@ func (l *liveLoad) start(t *testing.T, b *accBroker, prefix string) {
 
 // stop stops enqueueing a second after the apply, waits for the worker to
 // handle every confirmed job, and counts: none may be missing. The producers
-// follow the divert protocol (topology.DivertName), so none publishes to the
+// follow the divert protocol (package internal/divert), so none publishes to the
 // queue while the migration deletes it.
 func (l *liveLoad) stop(t *testing.T) resource.TestCheckFunc {
 	return func(*terraform.State) error {

@@ -72,11 +72,12 @@ import (
 type Step string
 
 // The steps of a migration, in order. StepMoveAside and StepDelete repeat
-// when new work arrives before the delete, and StepMoveBack and
-// StepDeleteTemp when it arrives before the temporary queue's deletion; the
-// hook runs once, after the repetition that completes. StepMoveAside and
-// StepDelete run again, hooks included, when something else declares q
-// again while it is absent, before StepRedeclare completes.
+// when the delete comes before divert.Grace has passed since divert, or
+// finds new work in q, and StepMoveBack and StepDeleteTemp when new work
+// reaches the temporary queue before its deletion; the hook runs once, after
+// the repetition that completes. StepMoveAside and StepDelete run again,
+// hooks included, when something else declares q again while it is absent,
+// before StepRedeclare completes.
 const (
 	StepDeclareTemp Step = "declare-temp"
 	StepDivert      Step = "divert"
@@ -115,7 +116,7 @@ type Options struct {
 	// queue before it deletes q, and after deleting the divert queue before
 	// it deletes the temporary queue, so that every queuey producer's
 	// publish to the queue it deletes either arrived before or is sent
-	// again (see topology.DivertName).
+	// again (see package internal/divert).
 	// Defaults to divert.Grace; shorter is safe only when no queuey
 	// producer publishes to q during the migration.
 	Grace time.Duration

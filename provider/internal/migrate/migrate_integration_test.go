@@ -436,7 +436,7 @@ func TestIntegrationMigrateCreatesAMissingQueue(t *testing.T) {
 }
 
 // TestIntegrationMigrateWaitsOutTheGraceBeforeEachDeletion checks the
-// engine's side of the divert protocol (topology.DivertName) from outside:
+// engine's side of the divert protocol (package internal/divert) from outside:
 // the divert queue exists from before q is deleted until after q is
 // declared again, and q and the temporary queue are each deleted no sooner
 // than the grace after the divert queue appeared or went.

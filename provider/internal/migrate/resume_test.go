@@ -70,68 +70,91 @@ type world struct {
 	inQueue, inTemp bool
 }
 
-// apply runs step s on w as the broker would, failing when the step breaks
-// the migration's rules: no queue deleted with messages in it, q deleted only
-// while producers are diverted, producers diverted only into a temporary
-// queue that exists and sent back only to q with the target arguments, the
-// temporary queue deleted only once they are sent back.
-func (w *world) apply(s Step) error {
-	switch s {
-	case stepCreate:
+// rules run a step on a world as the broker would, failing when the step
+// breaks the migration's rules: no queue deleted with messages in it, q
+// deleted only while producers are diverted, producers diverted only into a
+// temporary queue that exists and sent back only to q with the target
+// arguments, the temporary queue deleted only once they are sent back.
+var rules = map[Step]func(w *world) error{
+	stepCreate: func(w *world) error {
 		if w.queue != queueAbsent {
 			return fmt.Errorf("create with q %v", w.queue)
 		}
 		w.queue = queueTarget
-	case stepDropStrayDivert:
+		return nil
+	},
+	stepDropStrayDivert: func(w *world) error {
 		if w.temp {
 			return fmt.Errorf("drop-stray-divert with a temporary queue")
 		}
 		w.divert = false
-	case StepDeclareTemp:
-		w.temp = true
-	case StepDivert:
+		return nil
+	},
+	StepDeclareTemp: func(w *world) error { w.temp = true; return nil },
+	StepDivert: func(w *world) error {
 		if !w.temp {
 			return fmt.Errorf("divert into a temporary queue that does not exist")
 		}
 		w.divert = true
-	case StepMoveAside:
+		return nil
+	},
+	StepMoveAside: func(w *world) error {
 		if !w.temp || w.queue == queueAbsent {
 			return fmt.Errorf("move-aside with temp %v, q %v", w.temp, w.queue)
 		}
 		w.inTemp, w.inQueue = w.inTemp || w.inQueue, false
-	case StepDelete:
+		return nil
+	},
+	StepDelete: func(w *world) error {
 		if !w.divert || w.inQueue {
 			return fmt.Errorf("delete with divert %v, messages in q %v", w.divert, w.inQueue)
 		}
 		w.queue = queueAbsent
-	case StepRedeclare:
+		return nil
+	},
+	StepRedeclare: func(w *world) error {
 		if w.queue != queueAbsent {
 			return fmt.Errorf("redeclare with q %v", w.queue)
 		}
 		w.queue = queueTarget
-	case StepUndivert:
+		return nil
+	},
+	StepUndivert: func(w *world) error {
 		if w.queue != queueTarget {
 			return fmt.Errorf("undivert with q %v", w.queue)
 		}
 		w.divert = false
-	case stepUndiverted:
+		return nil
+	},
+	stepUndiverted: func(w *world) error {
 		if w.divert {
 			return fmt.Errorf("found-undiverted with a divert queue")
 		}
-	case StepMoveBack:
+		return nil
+	},
+	StepMoveBack: func(w *world) error {
 		if !w.temp || w.queue != queueTarget {
 			return fmt.Errorf("move-back with temp %v, q %v", w.temp, w.queue)
 		}
 		w.inQueue, w.inTemp = w.inQueue || w.inTemp, false
-	case StepDeleteTemp:
+		return nil
+	},
+	StepDeleteTemp: func(w *world) error {
 		if w.divert || w.inTemp {
 			return fmt.Errorf("delete-temp with divert %v, messages in temp %v", w.divert, w.inTemp)
 		}
 		w.temp = false
-	default:
+		return nil
+	},
+}
+
+// apply runs step s on w by its rule.
+func (w *world) apply(s Step) error {
+	rule, ok := rules[s]
+	if !ok {
 		return fmt.Errorf("unknown step %s", s)
 	}
-	return nil
+	return rule(w)
 }
 
 // finish plans from w and runs the plan, checking the rules and that it ends
