@@ -65,8 +65,12 @@ func newTestBroker(t *testing.T) *testBroker {
 }
 
 // uniquePrefix gives each test its own queues, and deletes whatever is left
-// of them when the test ends, passed or not.
-func (b *testBroker) uniquePrefix(name string) string { return b.shared.NewPrefix("tfacc-" + name) }
+// of them when the test ends, passed or not. It has a fixed length
+// (brokertest.Unique, without the test's name): the expected errors are
+// matched against Terraform's diagnostics, which it wraps.
+func (b *testBroker) uniquePrefix(name string) string {
+	return b.shared.Own(brokertest.Unique("tfacc-" + name))
+}
 
 // queues lists the broker's queues of a prefix.
 func (b *testBroker) queues(prefix string) map[string]rabbithole.QueueInfo {

@@ -140,14 +140,17 @@ func Open(t TB, env Env) *Broker {
 
 // NewPrefix is a prefix of the test's own (Prefix, with tag) whose queues
 // are deleted when the test ends.
-func (b *Broker) NewPrefix(tag string) string {
-	p := Prefix(b.t, tag)
+func (b *Broker) NewPrefix(tag string) string { return b.Own(Prefix(b.t, tag)) }
+
+// Own has every queue under prefix deleted when the test ends, and returns
+// prefix.
+func (b *Broker) Own(prefix string) string {
 	b.t.Cleanup(func() {
-		if err := DeleteUnder(b.API, b.Vhost, p); err != nil {
+		if err := DeleteUnder(b.API, b.Vhost, prefix); err != nil {
 			b.t.Errorf("cleanup: %v", err)
 		}
 	})
-	return p
+	return prefix
 }
 
 // Name is the broker name of a logical queue under the test's prefix.
@@ -176,13 +179,10 @@ func (b *Broker) Queues(prefix string) []rabbithole.QueueInfo {
 
 var unsafeInPrefix = regexp.MustCompile(`[^a-z0-9]+`)
 
-// Prefix is a prefix no other test run uses: tag, eight random hex digits,
-// and the test's name in lower case without its Test, TestIntegration or
-// TestAcc, cut to 40 characters, so that a queue left behind names its
-// test.
+// Prefix is a prefix no other test run uses (Unique, with tag) and the
+// test's name in lower case without its Test, TestIntegration or TestAcc,
+// cut to 40 characters, so that a queue left behind names its test.
 func Prefix(t TB, tag string) string {
-	var rnd [4]byte
-	_, _ = rand.Read(rnd[:])
 	name := t.Name()
 	for _, p := range []string{"TestIntegration", "TestAcc", "Test"} {
 		if n, ok := strings.CutPrefix(name, p); ok {
@@ -194,11 +194,19 @@ func Prefix(t TB, tag string) string {
 	if len(name) > 40 {
 		name = strings.TrimRight(name[:40], "-")
 	}
-	p := tag + "-" + hex.EncodeToString(rnd[:])
-	if name != "" {
-		p += "-" + name
+	if name == "" {
+		return Unique(tag)
 	}
-	return p
+	return Unique(tag) + "-" + name
+}
+
+// Unique is tag and eight random hex digits: a prefix no other test run
+// uses, of a fixed length, for tests whose expected output depends on it
+// (Terraform wraps the text of its diagnostics).
+func Unique(tag string) string {
+	var rnd [4]byte
+	_, _ = rand.Read(rnd[:])
+	return tag + "-" + hex.EncodeToString(rnd[:])
 }
 
 // Under lists the queues of vhost whose names start with prefix and a dot.

@@ -48,7 +48,7 @@ func newAccBroker(t *testing.T) *accBroker {
 	return &accBroker{t: t, shared: s, endpoint: s.Endpoint, user: s.Username, pass: s.Password, url: s.AMQPURL, api: s.API, ac: s.Dial()}
 }
 
-func (b *accBroker) prefix() string { return b.shared.NewPrefix("tfacc-migrate") }
+func (b *accBroker) prefix() string { return b.shared.Own(brokertest.Unique("tfacc-migrate")) }
 
 func (b *accBroker) config(prefix string, maxPriority int) string {
 	return fmt.Sprintf(`
