@@ -5,10 +5,8 @@ package faults
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"log/slog"
@@ -22,6 +20,8 @@ import (
 	"time"
 
 	rabbithole "github.com/michaelklishin/rabbit-hole/v2"
+
+	"github.com/queuey/terraform-provider-queuey/internal/brokertest"
 )
 
 // The second node, as scripts/fault-broker.sh starts it.
@@ -42,13 +42,6 @@ var (
 	faultsPassword string
 )
 
-func envOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
-	}
-	return def
-}
-
 func amqpURL() string { return "amqp://guest:guest@" + nodeAMQP + "/" }
 
 // TestMain starts the second node, runs the suite, stops the node whatever
@@ -56,7 +49,7 @@ func amqpURL() string { return "amqp://guest:guest@" + nodeAMQP + "/" }
 func TestMain(m *testing.M) {
 	wd, _ := os.Getwd()
 	repoRoot = filepath.Dir(wd)
-	brokerDir = envOr("FAULT_BROKER_DIR", brokerDirDe)
+	brokerDir = brokertest.EnvOr("FAULT_BROKER_DIR", brokerDirDe)
 	start := time.Now()
 	if out, err := script("start"); err != nil {
 		fmt.Fprintf(os.Stderr, "faults: could not start the second RabbitMQ node: %v\n%s", err, out)
@@ -72,7 +65,7 @@ func TestMain(m *testing.M) {
 
 	code := m.Run()
 
-	if envOr("FAULT_BROKER_KEEP", "") == "" {
+	if brokertest.EnvOr("FAULT_BROKER_KEEP", "") == "" {
 		if out, err := script("stop"); err != nil {
 			fmt.Fprintf(os.Stderr, "faults: stopping the second node: %v\n%s", err, out)
 		}
@@ -109,24 +102,16 @@ func mgmt(t testing.TB) *rabbithole.Client {
 	return c
 }
 
-// uniquePrefix is a prefix of the test's own; every queue under it is
-// deleted when the test ends.
+// uniquePrefix is a prefix of the test's own (brokertest.Prefix); every
+// queue under it is deleted when the test ends. A clean-up that fails is
+// logged, not an error: the node is this suite's own, and a fault may leave
+// it unable to answer when a test ends.
 func uniquePrefix(t testing.TB, tag string) string {
 	t.Helper()
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	prefix := "fault-" + tag + "-" + hex.EncodeToString(b[:])
+	prefix := brokertest.Prefix(t, "fault-"+tag)
 	t.Cleanup(func() {
-		c := mgmt(t)
-		qs, err := c.ListQueuesIn("/")
-		if err != nil {
-			t.Logf("cleanup: list queues: %v", err)
-			return
-		}
-		for _, q := range qs {
-			if strings.HasPrefix(q.Name, prefix+".") {
-				_, _ = c.DeleteQueue("/", q.Name)
-			}
+		if err := brokertest.DeleteUnder(mgmt(t), "/", prefix); err != nil {
+			t.Logf("cleanup: %v", err)
 		}
 	})
 	return prefix
@@ -244,7 +229,7 @@ func writeReport(took time.Duration) {
 			r.Fault, r.Load, r.Published, r.Confirmed, r.Handled, r.Lost, r.Dups, r.Took.Round(100*time.Millisecond), r.Note)
 	}
 	fmt.Print("\n" + b.String())
-	path := envOr("FAULTS_REPORT", filepath.Join(repoRoot, "bin", "faults-report.md"))
+	path := brokertest.EnvOr("FAULTS_REPORT", filepath.Join(repoRoot, "bin", "faults-report.md"))
 	_ = os.MkdirAll(filepath.Dir(path), 0o755)
 	_ = os.WriteFile(path, []byte(b.String()), 0o644)
 }

@@ -2,16 +2,12 @@ package provider
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
-	"os"
 	"regexp"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -23,6 +19,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
 	rabbithole "github.com/michaelklishin/rabbit-hole/v2"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/queuey/terraform-provider-queuey/internal/brokertest"
 )
 
 // testAccProviders serves the provider in-process to the real Terraform
@@ -35,86 +33,51 @@ var testAccProviders = map[string]func() (tfprotov6.ProviderServer, error){
 // terraformState is what a TestCheckFunc is handed.
 type terraformState = terraform.State
 
-// testEnv is where the acceptance tests find the broker. The defaults are a
-// local RabbitMQ with the management plugin.
+// testEnv is where the acceptance tests find the broker: the shared
+// fixture's (internal/brokertest), whose defaults are a local RabbitMQ with
+// the management plugin.
 type testEnv struct {
 	endpoint, username, password, amqpURL string
 }
 
 func getTestEnv() testEnv {
-	get := func(k, def string) string {
-		if v := os.Getenv(k); v != "" {
-			return v
-		}
-		return def
-	}
-	return testEnv{
-		endpoint: strings.TrimRight(get("QUEUEY_ENDPOINT", defaultEndpoint), "/"),
-		username: get("QUEUEY_USERNAME", defaultUsername),
-		password: get("QUEUEY_PASSWORD", defaultPassword),
-		amqpURL:  get("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"),
-	}
+	e := brokertest.FromEnv()
+	return testEnv{endpoint: e.Endpoint, username: e.Username, password: e.Password, amqpURL: e.AMQPURL}
 }
 
 // testBroker is the acceptance tests' own line to the broker, to check
 // what the provider did there rather than what it wrote in state.
 type testBroker struct {
-	t    *testing.T
-	env  testEnv
-	mgmt *rabbithole.Client
-	conn *amqp.Connection
+	t      *testing.T
+	shared *brokertest.Broker
+	env    testEnv
+	mgmt   *rabbithole.Client
+	conn   *amqp.Connection
 }
 
 // newTestBroker fails the test, never skips it, when the broker is not
 // there: TF_ACC means the acceptance tests were asked for.
 func newTestBroker(t *testing.T) *testBroker {
 	t.Helper()
-	if os.Getenv("TF_ACC") == "" {
-		t.Skip("acceptance tests run with TF_ACC=1")
-	}
-	env := getTestEnv()
-	mgmt, err := rabbithole.NewClient(env.endpoint, env.username, env.password)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mgmt.SetTimeout(10 * time.Second)
-	if _, err := mgmt.Overview(); err != nil {
-		t.Fatalf("the RabbitMQ management API at %s did not answer (is RabbitMQ running with the management plugin?): %v", env.endpoint, err)
-	}
-	conn, err := amqp.Dial(env.amqpURL)
-	if err != nil {
-		t.Fatalf("AMQP at %s did not answer (is RabbitMQ running?): %v", env.amqpURL, err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	return &testBroker{t: t, env: env, mgmt: mgmt, conn: conn}
+	brokertest.Acceptance(t)
+	s := brokertest.Open(t, brokertest.FromEnv())
+	return &testBroker{t: t, shared: s, env: getTestEnv(), mgmt: s.API, conn: s.Dial()}
 }
 
 // uniquePrefix gives each test its own queues, and deletes whatever is left
-// of them when the test ends, passed or not.
+// of them when the test ends, passed or not. It has a fixed length
+// (brokertest.Unique, without the test's name): the expected errors are
+// matched against Terraform's diagnostics, which it wraps.
 func (b *testBroker) uniquePrefix(name string) string {
-	var r [4]byte
-	_, _ = rand.Read(r[:])
-	prefix := "tfacc-" + name + "-" + hex.EncodeToString(r[:])
-	b.t.Cleanup(func() {
-		for _, q := range b.queues(prefix) {
-			_, _ = b.mgmt.DeleteQueue("/", q.Name)
-		}
-	})
-	return prefix
+	return b.shared.Own(brokertest.Unique("tfacc-" + name))
 }
 
 // queues lists the broker's queues of a prefix.
 func (b *testBroker) queues(prefix string) map[string]rabbithole.QueueInfo {
 	b.t.Helper()
-	all, err := b.mgmt.ListQueuesIn("/")
-	if err != nil {
-		b.t.Fatalf("listing queues: %v", err)
-	}
 	out := map[string]rabbithole.QueueInfo{}
-	for _, q := range all {
-		if strings.HasPrefix(q.Name, prefix+".") {
-			out[q.Name] = q
-		}
+	for _, q := range b.shared.Queues(prefix) {
+		out[q.Name] = q
 	}
 	return out
 }

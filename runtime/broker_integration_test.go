@@ -2,48 +2,34 @@
 
 package queuey
 
-// Helpers for tests against a real RabbitMQ. Every test gets a testBroker
-// with a prefix of its own, and every queue under that prefix is deleted
-// when the test ends, hold queues included.
-//
-// AMQP_URL (default amqp://guest:guest@127.0.0.1:5672/) and QUEUEY_ENDPOINT
-// (default http://127.0.0.1:15672, user guest/guest, or QUEUEY_USERNAME and
-// QUEUEY_PASSWORD) say where the broker is. A broker that cannot be reached
+// Helpers for tests against a real RabbitMQ, over the shared fixture
+// (internal/brokertest): every test gets a testBroker with a prefix of its
+// own, and every queue under that prefix is deleted when the test ends, hold
+// queues included. AMQP_URL and QUEUEY_ENDPOINT (QUEUEY_USERNAME,
+// QUEUEY_PASSWORD) say where the broker is; a broker that cannot be reached
 // fails the test: the integration tag means the broker is required.
 
 import (
-	"crypto/rand"
-	"encoding/hex"
-	"errors"
-	"net/http"
 	"net/url"
-	"os"
-	"regexp"
-	"strings"
 	"testing"
 	"time"
 
 	rabbithole "github.com/michaelklishin/rabbit-hole/v2"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/queuey/terraform-provider-queuey/internal/brokertest"
 )
 
-// testBroker is a broker as one test sees it.
+// testBroker is a broker as one test sees it: the shared fixture's, under
+// the names these tests use.
 type testBroker struct {
 	t      testing.TB
+	shared *brokertest.Broker
 	url    string
 	api    *rabbithole.Client
 	vhost  string
 	prefix string
 }
-
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
-}
-
-var unsafeInPrefix = regexp.MustCompile(`[^a-z0-9]+`)
 
 // newTestBroker checks that the broker answers on AMQP and on the management
 // API, and gives the test a unique prefix whose queues it deletes in
@@ -51,56 +37,11 @@ var unsafeInPrefix = regexp.MustCompile(`[^a-z0-9]+`)
 // runs last.
 func newTestBroker(t testing.TB) *testBroker {
 	t.Helper()
-	url := envOr("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
-	endpoint := strings.TrimSuffix(envOr("QUEUEY_ENDPOINT", "http://127.0.0.1:15672"), "/")
-	ac, err := amqp.Dial(url)
-	if err != nil {
-		t.Fatalf("cannot connect to %s (is RabbitMQ running?): %v", url, err)
-	}
-	_ = ac.Close()
-	api, err := rabbithole.NewClient(endpoint, envOr("QUEUEY_USERNAME", "guest"), envOr("QUEUEY_PASSWORD", "guest"))
-	if err != nil {
-		t.Fatalf("management API client for %s (is RabbitMQ running?): %v", endpoint, err)
-	}
-	api.SetTimeout(10 * time.Second)
-	if _, err := api.Overview(); err != nil {
-		t.Fatalf("cannot reach the management API at %s (is RabbitMQ running, with the management plugin?): %v", endpoint, err)
-	}
-	uri, err := amqp.ParseURI(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rnd [4]byte
-	_, _ = rand.Read(rnd[:])
-	name := strings.Trim(unsafeInPrefix.ReplaceAllString(strings.ToLower(strings.TrimPrefix(t.Name(), "TestIntegration")), "-"), "-")
-	if len(name) > 40 {
-		name = strings.TrimRight(name[:40], "-")
-	}
-	b := &testBroker{t: t, url: url, api: api, vhost: uri.Vhost, prefix: "qt-" + hex.EncodeToString(rnd[:]) + "-" + name}
-	t.Cleanup(b.deleteAll)
-	return b
+	s := brokertest.New(t, "qt")
+	return &testBroker{t: t, shared: s, url: s.AMQPURL, api: s.API, vhost: s.Vhost, prefix: s.Prefix}
 }
 
-// deleteAll deletes every queue under the test's prefix.
-func (b *testBroker) deleteAll() {
-	qs, err := b.api.ListQueuesIn(b.vhost)
-	if err != nil {
-		b.t.Errorf("cleanup: list queues: %v", err)
-		return
-	}
-	for _, q := range qs {
-		if strings.HasPrefix(q.Name, b.prefix+".") {
-			if _, err := b.api.DeleteQueue(b.vhost, q.Name); err != nil && !isNotFound(err) {
-				b.t.Errorf("cleanup: delete queue %s: %v", q.Name, err)
-			}
-		}
-	}
-}
-
-func isNotFound(err error) bool {
-	var re rabbithole.ErrorResponse
-	return errors.As(err, &re) && re.StatusCode == http.StatusNotFound
-}
+func isNotFound(err error) bool { return brokertest.IsNotFound(err) }
 
 // name is the broker name of logical queue name under the test's prefix.
 func (b *testBroker) name(logical string) string { return b.prefix + "." + logical }
@@ -126,15 +67,9 @@ func (b *testBroker) queue(name string) *rabbithole.DetailedQueueInfo {
 // queueNames lists the test's queues through the management API.
 func (b *testBroker) queueNames() []string {
 	b.t.Helper()
-	qs, err := b.api.ListQueuesIn(b.vhost)
-	if err != nil {
-		b.t.Fatalf("management API: list queues: %v", err)
-	}
 	var names []string
-	for _, q := range qs {
-		if strings.HasPrefix(q.Name, b.prefix+".") {
-			names = append(names, q.Name)
-		}
+	for _, q := range b.shared.Queues(b.prefix) {
+		names = append(names, q.Name)
 	}
 	return names
 }
@@ -152,12 +87,7 @@ func (b *testBroker) declare(name string, durable bool, args map[string]any) {
 // and channel close at cleanup.
 func (b *testBroker) channel() *amqp.Channel {
 	b.t.Helper()
-	ac, err := amqp.Dial(b.url)
-	if err != nil {
-		b.t.Fatalf("cannot connect to %s (is RabbitMQ running?): %v", b.url, err)
-	}
-	b.t.Cleanup(func() { _ = ac.Close() })
-	ch, err := ac.Channel()
+	ch, err := b.shared.Dial().Channel()
 	if err != nil {
 		b.t.Fatal(err)
 	}

@@ -4,14 +4,11 @@ package queuey_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,6 +19,7 @@ import (
 	rabbithole "github.com/michaelklishin/rabbit-hole/v2"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/queuey/terraform-provider-queuey/internal/brokertest"
 	"github.com/queuey/terraform-provider-queuey/internal/divert"
 	queuey "github.com/queuey/terraform-provider-queuey/runtime"
 	"github.com/queuey/terraform-provider-queuey/runtime/topology"
@@ -30,14 +28,7 @@ import (
 // The worker's integration tests. Each runs under a prefix of its own and
 // deletes every queue under it (hold queues included) when it ends.
 
-func wkEnvOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
-	}
-	return def
-}
-
-func wkAMQPURL() string { return wkEnvOr("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/") }
+func wkAMQPURL() string { return brokertest.FromEnv().AMQPURL }
 
 type wkEnv struct {
 	t      testing.TB
@@ -47,38 +38,12 @@ type wkEnv struct {
 	log    *wkLog
 }
 
+// wkSetup is the shared broker fixture (internal/brokertest) with a
+// connection for the test to look with.
 func wkSetup(t testing.TB, tag string) *wkEnv {
 	t.Helper()
-	conn, err := amqp.Dial(wkAMQPURL())
-	if err != nil {
-		t.Fatalf("dial %s: %v (is RabbitMQ running?)", wkAMQPURL(), err)
-	}
-	mgmt, err := rabbithole.NewClient(wkEnvOr("QUEUEY_ENDPOINT", "http://127.0.0.1:15672"),
-		wkEnvOr("QUEUEY_USERNAME", "guest"), wkEnvOr("QUEUEY_PASSWORD", "guest"))
-	if err == nil {
-		_, err = mgmt.Overview()
-	}
-	if err != nil {
-		t.Fatalf("management API: %v (is RabbitMQ running with the management plugin?)", err)
-	}
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	e := &wkEnv{t: t, prefix: "wkit-" + tag + "-" + hex.EncodeToString(b[:]), mgmt: mgmt, conn: conn, log: &wkLog{}}
-	t.Cleanup(func() {
-		qs, err := mgmt.ListQueuesIn("/")
-		if err != nil {
-			t.Errorf("cleanup: list queues: %v", err)
-		}
-		for _, q := range qs {
-			if strings.HasPrefix(q.Name, e.prefix+".") {
-				if _, err := mgmt.DeleteQueue("/", q.Name); err != nil {
-					t.Errorf("cleanup: delete %s: %v", q.Name, err)
-				}
-			}
-		}
-		_ = conn.Close()
-	})
-	return e
+	b := brokertest.New(t, "wkit-"+tag)
+	return &wkEnv{t: t, prefix: b.Prefix, mgmt: b.API, conn: b.Dial(), log: &wkLog{}}
 }
 
 func (e *wkEnv) set(queues ...queuey.QueueConfig) queuey.QueueSet {

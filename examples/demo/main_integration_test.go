@@ -10,33 +10,22 @@ import (
 	"testing"
 	"time"
 
-	rabbithole "github.com/michaelklishin/rabbit-hole/v2"
+	"github.com/queuey/terraform-provider-queuey/internal/brokertest"
 )
 
 // TestIntegrationDemo runs the end-to-end example under a prefix of its own,
 // so that the example cannot rot: each of its four outcomes, the hold queues'
 // life cycle and the dead letter's headers are checked.
 func TestIntegrationDemo(t *testing.T) {
+	b := brokertest.New(t, "demo-test")
 	cfg := config{
-		amqpURL:    envOr("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"),
-		endpoint:   envOr("QUEUEY_ENDPOINT", "http://127.0.0.1:15672"),
-		username:   envOr("QUEUEY_USERNAME", "guest"),
-		password:   envOr("QUEUEY_PASSWORD", "guest"),
-		prefix:     fmt.Sprintf("demo-test-%d", time.Now().UnixNano()),
+		amqpURL:    b.AMQPURL,
+		endpoint:   b.Endpoint,
+		username:   b.Username,
+		password:   b.Password,
+		prefix:     b.Prefix,
 		holdExpiry: 20 * time.Second,
 	}
-	mgmt, err := rabbithole.NewClient(cfg.endpoint, cfg.username, cfg.password)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		queues, _ := mgmt.ListQueuesIn("/")
-		for _, q := range queues {
-			if strings.HasPrefix(q.Name, cfg.prefix+".") {
-				_, _ = mgmt.DeleteQueue("/", q.Name)
-			}
-		}
-	})
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -46,7 +35,7 @@ func TestIntegrationDemo(t *testing.T) {
 		os.Stdout.WriteString(out.String())
 	}
 	if err != nil {
-		t.Fatalf("demo failed (is RabbitMQ running?): %v", err)
+		t.Fatalf("demo failed: %v", err)
 	}
 
 	want := map[string]struct {

@@ -7,15 +7,11 @@ package migrate_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/url"
-	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -28,6 +24,7 @@ import (
 	rabbithole "github.com/michaelklishin/rabbit-hole/v2"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/queuey/terraform-provider-queuey/internal/brokertest"
 	"github.com/queuey/terraform-provider-queuey/provider"
 	"github.com/queuey/terraform-provider-queuey/provider/internal/migrate"
 	queuey "github.com/queuey/terraform-provider-queuey/runtime"
@@ -36,15 +33,9 @@ import (
 
 const accMessages = 5000
 
-func accEnv(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
-	}
-	return def
-}
-
 type accBroker struct {
 	t                         *testing.T
+	shared                    *brokertest.Broker
 	endpoint, user, pass, url string
 	api                       *rabbithole.Client
 	ac                        *amqp.Connection
@@ -52,41 +43,12 @@ type accBroker struct {
 
 func newAccBroker(t *testing.T) *accBroker {
 	t.Helper()
-	if os.Getenv("TF_ACC") == "" {
-		t.Skip("acceptance tests run with TF_ACC=1")
-	}
-	b := &accBroker{t: t,
-		endpoint: strings.TrimRight(accEnv("QUEUEY_ENDPOINT", "http://127.0.0.1:15672"), "/"),
-		user:     accEnv("QUEUEY_USERNAME", "guest"), pass: accEnv("QUEUEY_PASSWORD", "guest"),
-		url: accEnv("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")}
-	var err error
-	if b.api, err = rabbithole.NewClient(b.endpoint, b.user, b.pass); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.api.Overview(); err != nil {
-		t.Fatalf("the RabbitMQ management API at %s did not answer (is RabbitMQ running with the management plugin?): %v", b.endpoint, err)
-	}
-	if b.ac, err = amqp.Dial(b.url); err != nil {
-		t.Fatalf("AMQP at %s did not answer (is RabbitMQ running?): %v", b.url, err)
-	}
-	t.Cleanup(func() { _ = b.ac.Close() })
-	return b
+	brokertest.Acceptance(t)
+	s := brokertest.Open(t, brokertest.FromEnv())
+	return &accBroker{t: t, shared: s, endpoint: s.Endpoint, user: s.Username, pass: s.Password, url: s.AMQPURL, api: s.API, ac: s.Dial()}
 }
 
-func (b *accBroker) prefix() string {
-	var r [4]byte
-	_, _ = rand.Read(r[:])
-	p := "tfacc-migrate-" + hex.EncodeToString(r[:])
-	b.t.Cleanup(func() {
-		qs, _ := b.api.ListQueuesIn("/")
-		for _, q := range qs {
-			if strings.HasPrefix(q.Name, p+".") {
-				_, _ = b.api.DeleteQueue("/", q.Name)
-			}
-		}
-	})
-	return p
-}
+func (b *accBroker) prefix() string { return b.shared.Own(brokertest.Unique("tfacc-migrate")) }
 
 func (b *accBroker) config(prefix string, maxPriority int) string {
 	return fmt.Sprintf(`
@@ -351,7 +313,7 @@ func (l *liveLoad) start(t *testing.T, b *accBroker, prefix string) {
 
 // stop stops enqueueing a second after the apply, waits for the worker to
 // handle every confirmed job, and counts: none may be missing. The producers
-// follow the divert protocol (topology.DivertName), so none publishes to the
+// follow the divert protocol (package internal/divert), so none publishes to the
 // queue while the migration deletes it.
 func (l *liveLoad) stop(t *testing.T) resource.TestCheckFunc {
 	return func(*terraform.State) error {

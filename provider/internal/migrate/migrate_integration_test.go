@@ -2,23 +2,17 @@
 
 package migrate
 
-// Migrations against a real RabbitMQ. AMQP_URL (default
-// amqp://guest:guest@127.0.0.1:5672/) and QUEUEY_ENDPOINT (default
-// http://127.0.0.1:15672, guest/guest, or QUEUEY_USERNAME and
-// QUEUEY_PASSWORD) say where it is; a broker that cannot be reached fails the
-// test. Every test works under a prefix of its own and deletes every queue
-// under it when it ends, the temporary ones included.
+// Migrations against a real RabbitMQ, over the shared fixture
+// (internal/brokertest): AMQP_URL and QUEUEY_ENDPOINT (QUEUEY_USERNAME,
+// QUEUEY_PASSWORD) say where it is; a broker that cannot be reached fails
+// the test. Every test works under a prefix of its own and deletes every
+// queue under it when it ends, the temporary ones included.
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"net/http"
 	"net/url"
-	"os"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -27,17 +21,11 @@ import (
 	rabbithole "github.com/michaelklishin/rabbit-hole/v2"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/queuey/terraform-provider-queuey/internal/brokertest"
 	"github.com/queuey/terraform-provider-queuey/runtime/topology"
 )
 
 const migMessages = 5000
-
-func migEnv(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
-}
 
 // migBroker is the broker as one test sees it.
 type migBroker struct {
@@ -49,53 +37,10 @@ type migBroker struct {
 	ac     *amqp.Connection
 }
 
-var migUnsafe = regexp.MustCompile(`[^a-z0-9]+`)
-
 func newMigBroker(t testing.TB) *migBroker {
 	t.Helper()
-	url := migEnv("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
-	ac, err := amqp.Dial(url)
-	if err != nil {
-		t.Fatalf("cannot connect to %s (is RabbitMQ running?): %v", url, err)
-	}
-	endpoint := strings.TrimSuffix(migEnv("QUEUEY_ENDPOINT", "http://127.0.0.1:15672"), "/")
-	api, err := rabbithole.NewClient(endpoint, migEnv("QUEUEY_USERNAME", "guest"), migEnv("QUEUEY_PASSWORD", "guest"))
-	if err != nil {
-		t.Fatalf("management API client for %s (is RabbitMQ running?): %v", endpoint, err)
-	}
-	api.SetTimeout(10 * time.Second)
-	uri, err := amqp.ParseURI(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rnd [4]byte
-	_, _ = rand.Read(rnd[:])
-	name := strings.Trim(migUnsafe.ReplaceAllString(strings.ToLower(strings.TrimPrefix(t.Name(), "TestIntegration")), "-"), "-")
-	if len(name) > 40 {
-		name = strings.TrimRight(name[:40], "-")
-	}
-	b := &migBroker{t: t, url: url, api: api, vhost: uri.Vhost, prefix: "qm-" + hex.EncodeToString(rnd[:]) + "-" + name, ac: ac}
-	t.Cleanup(func() {
-		_ = ac.Close()
-		qs, err := api.ListQueuesIn(b.vhost)
-		if err != nil {
-			t.Errorf("cleanup: list queues: %v", err)
-			return
-		}
-		for _, q := range qs {
-			if strings.HasPrefix(q.Name, b.prefix+".") {
-				if _, err := api.DeleteQueue(b.vhost, q.Name); err != nil && !migNotFound(err) {
-					t.Errorf("cleanup: delete queue %s: %v", q.Name, err)
-				}
-			}
-		}
-	})
-	return b
-}
-
-func migNotFound(err error) bool {
-	var re rabbithole.ErrorResponse
-	return errors.As(err, &re) && re.StatusCode == http.StatusNotFound
+	s := brokertest.New(t, "qm")
+	return &migBroker{t: t, url: s.AMQPURL, api: s.API, vhost: s.Vhost, prefix: s.Prefix, ac: s.Dial()}
 }
 
 // dial gives the test a connection of its own, closed at cleanup.
@@ -491,7 +436,7 @@ func TestIntegrationMigrateCreatesAMissingQueue(t *testing.T) {
 }
 
 // TestIntegrationMigrateWaitsOutTheGraceBeforeEachDeletion checks the
-// engine's side of the divert protocol (topology.DivertName) from outside:
+// engine's side of the divert protocol (package internal/divert) from outside:
 // the divert queue exists from before q is deleted until after q is
 // declared again, and q and the temporary queue are each deleted no sooner
 // than the grace after the divert queue appeared or went.

@@ -28,7 +28,7 @@ func (migJob) Queue() string { return "jobs" }
 // queuey worker pool keeps consuming it, both configured with the old
 // arguments, as a deployment is until it is redeployed: every job a producer
 // had confirmed is handled at least once. The producers follow the divert
-// protocol (topology.DivertName), so none publishes to the queue while it is
+// protocol (package internal/divert), so none publishes to the queue while it is
 // deleted, and none of their jobs is lost to that race.
 func TestIntegrationMigrateWhileProducersAndWorkersRun(t *testing.T) {
 	t.Parallel()

@@ -1,0 +1,124 @@
+package migrate
+
+// The migration's AMQP operations on queues: passive and plain declarations,
+// deletions, and the channels they run on.
+
+import (
+	"errors"
+	"fmt"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// channel opens a channel for one operation. A refused declaration or
+// deletion closes its channel, so none is shared across them.
+func (m *migration) channel() (*amqp.Channel, error) {
+	ch, err := m.ac.Channel()
+	if err != nil {
+		return nil, fmt.Errorf("open a channel: %w", err)
+	}
+	return ch, nil
+}
+
+// control returns the channel for declarations and deletions, opening one
+// when there is none. A refused declaration or deletion closes its channel,
+// so every failed operation drops it (done) and the next opens another;
+// keeping it across successes saves a round trip between the deletion of q
+// and its redeclaration.
+func (m *migration) control() (*amqp.Channel, error) {
+	if err := m.ctx.Err(); err != nil {
+		return nil, err
+	}
+	if m.ctl != nil && !m.ctl.IsClosed() {
+		return m.ctl, nil
+	}
+	ch, err := m.channel()
+	if err != nil {
+		return nil, err
+	}
+	m.ctl = ch
+	return ch, nil
+}
+
+// done drops the control channel after an operation failed on it.
+func (m *migration) done(err error) {
+	if err != nil && m.ctl != nil {
+		_ = m.ctl.Close()
+		m.ctl = nil
+	}
+}
+
+func (m *migration) close() {
+	if m.ctl != nil {
+		_ = m.ctl.Close()
+		m.ctl = nil
+	}
+}
+
+// exists reports whether name exists, by a passive declaration, and how many
+// ready messages it holds.
+func (m *migration) exists(name string) (bool, int, error) {
+	ch, err := m.control()
+	if err != nil {
+		return false, 0, err
+	}
+	q, err := ch.QueueDeclarePassive(name, false, false, false, false, nil)
+	m.done(err)
+	if err == nil {
+		return true, q.Messages, nil
+	}
+	var ae *amqp.Error
+	if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+		return false, 0, nil
+	}
+	return false, 0, fmt.Errorf("check whether queue %q exists: %w", name, err)
+}
+
+func (m *migration) declare(name string, durable bool, args map[string]any) error {
+	ch, err := m.control()
+	if err != nil {
+		return err
+	}
+	_, err = ch.QueueDeclare(name, durable, false, false, false, amqp.Table(args))
+	m.done(err)
+	if err != nil {
+		return fmt.Errorf("declare queue %q: %w", name, err)
+	}
+	return nil
+}
+
+// declareTarget declares q with the target arguments. It reports false,
+// without an error, when q exists with other arguments.
+func (m *migration) declareTarget() (bool, error) {
+	err := m.declare(m.queue, m.durable, m.args)
+	if err == nil {
+		return true, nil
+	}
+	var ae *amqp.Error
+	if errors.As(err, &ae) && ae.Code == amqp.PreconditionFailed {
+		return false, nil
+	}
+	return false, err
+}
+
+// delete deletes name if it is empty.
+func (m *migration) delete(name string) error {
+	_, err := m.deleteQueue(name, true)
+	return err
+}
+
+func (m *migration) deleteQueue(name string, ifEmpty bool) (int, error) {
+	ch, err := m.control()
+	if err != nil {
+		return 0, err
+	}
+	n, err := ch.QueueDelete(name, false, ifEmpty, false)
+	m.done(err)
+	return n, err
+}
+
+// isNotEmpty reports whether err is the broker refusing an if-empty delete.
+func isNotEmpty(err error) bool {
+	var ae *amqp.Error
+	return errors.As(err, &ae) && ae.Code == amqp.PreconditionFailed
+}
