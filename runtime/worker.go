@@ -49,8 +49,14 @@ type WorkerPool struct {
 	sem     chan struct{}
 	connCfg amqp.Config
 
-	// jobCtx is the parent of every handler's context. It is cancelled only
-	// when a Stop's context expires: a graceful stop lets handlers finish.
+	// valuesCtx is the context NewWorkerPool was given: Start passes its
+	// values (not its cancellation) on to every handler.
+	valuesCtx context.Context
+	// jobCtx is the parent of every handler's context: it carries the
+	// values of the context the pool was started with (NewWorkerPool's
+	// for Start, Run's for Run) without its cancellation, and is cancelled
+	// only when a Stop's context expires: a graceful stop lets handlers
+	// finish.
 	jobCtx    context.Context
 	jobCancel context.CancelFunc
 	// stopCtx is cancelled when Stop begins: nothing more is pulled.
@@ -89,6 +95,7 @@ func NewWorkerPool(ctx context.Context, url string, set QueueSet, workers *Worke
 	if err != nil {
 		return nil, err
 	}
+	p.valuesCtx = ctx
 	p.conn, err = dial(ctx, url, p.connCfg, declareOnConnect(set, p.log), p.log)
 	if err != nil {
 		return nil, err
@@ -142,7 +149,7 @@ func newWorkerPool(set QueueSet, workers *Workers, opts *WorkerOptions) (*Worker
 			return nil, fmt.Errorf("retry override for queue %q: the queue is not in queue set %q", name, set.Prefix)
 		}
 	}
-	p := &WorkerPool{set: set, disp: disp, opts: o, log: o.Logger, subs: map[*poolQueue]*subscription{}}
+	p := &WorkerPool{set: set, disp: disp, opts: o, log: o.Logger, subs: map[*poolQueue]*subscription{}, valuesCtx: context.Background()}
 	queues, total, err := consumedQueues(set, byName, o.Queues)
 	if err != nil {
 		return nil, err
@@ -219,8 +226,13 @@ func (p *WorkerPool) producerConfig() *amqp.Config {
 }
 
 // Start subscribes to every consumed queue and returns; jobs are handled in
-// the background until Stop.
-func (p *WorkerPool) Start() error {
+// the background until Stop. Handlers' contexts carry the values of the
+// context given to NewWorkerPool, but not its cancellation or deadline:
+// Stop decides when jobs end.
+func (p *WorkerPool) Start() error { return p.start(p.valuesCtx) }
+
+// start is Start with the context whose values the handlers see.
+func (p *WorkerPool) start(values context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch {
@@ -230,6 +242,10 @@ func (p *WorkerPool) Start() error {
 		return errors.New("queuey: the worker pool is already started")
 	}
 	p.started = true
+	// The job context is replaced before any consumer runs; Stop, which
+	// cancels it, reads it under mu.
+	p.jobCancel()
+	p.jobCtx, p.jobCancel = context.WithCancel(context.WithoutCancel(values))
 	for _, q := range p.queues {
 		p.consumers.Add(1)
 		go p.consume(q)
@@ -288,9 +304,11 @@ func (p *WorkerPool) Stop(ctx context.Context) error {
 }
 
 // Run starts the pool, handles jobs until ctx is done, then stops it
-// gracefully, waiting for every job already pulled.
+// gracefully, waiting for every job already pulled. Handlers' contexts
+// carry ctx's values, without its cancellation: the jobs running when ctx
+// ends finish, as with Stop.
 func (p *WorkerPool) Run(ctx context.Context) error {
-	if err := p.Start(); err != nil {
+	if err := p.start(ctx); err != nil {
 		return err
 	}
 	<-ctx.Done()
