@@ -174,7 +174,7 @@ func TestWorkerBodies(t *testing.T) {
 	if reason := queueytest.RequireDeadLettered(t, r); reason != queuey.ReasonMalformedEnvelope {
 		t.Errorf("malformed: %q", reason)
 	}
-	r = b.worker.WorkBody(context.Background(), "mail", []byte(`{"job_id":"1","job_type":"nobody","queue":"mail","attempt":1,"payload":{}}`))
+	r = b.worker.WorkBody(context.Background(), "mail", []byte(`{"job_id":"0b9f2f1e-2c59-4d52-9a57-8d7c0f3c9b11","job_type":"nobody","queue":"mail","attempt":1,"enqueued_at_ms":1,"payload":{}}`))
 	if reason := queueytest.RequireDeadLettered(t, r); reason != queuey.ReasonUnknownJobType+" `nobody`" {
 		t.Errorf("unknown: %q", reason)
 	}
