@@ -32,7 +32,7 @@ func badMessages() []badMessage {
 	_, _ = rand.Read(random)
 	deep := append([]byte(`{"job_id":"x","job_type":"fault.job","attempt":1,"payload":`), bytes.Repeat([]byte("["), 20_000)...)
 	deep = append(append(deep, bytes.Repeat([]byte("]"), 20_000)...), '}')
-	malformed, payload := queuey.ReasonMalformedEnvelope, "malformed payload"
+	malformed, payload := queuey.ReasonMalformedEnvelope, queuey.ReasonDecodeError
 	m := func(name string, body []byte, reason string) badMessage {
 		return badMessage{name: name, msg: amqp.Publishing{Body: body, ContentType: "application/json", DeliveryMode: amqp.Persistent}, reason: reason}
 	}
@@ -44,13 +44,14 @@ func badMessages() []badMessage {
 		m("JSON null", []byte(`null`), malformed),
 		m("job_id a number", []byte(`{"job_id":5,"job_type":"fault.job","attempt":1,"payload":{}}`), malformed),
 		m("attempt a string", envelopeJSON(`"attempt":"1","deferrals":0,"payload":{}`), malformed),
-		m("attempt 0", envelopeJSON(`"attempt":0,"deferrals":0,"payload":{}`), malformed),
+		m("attempt -1", envelopeJSON(`"attempt":-1,"deferrals":0,"payload":{}`), malformed),
+		m("job_id not a UUID", bytes.Replace(envelopeJSON(`"attempt":1,"payload":{}`), []byte(`0b9f2f1e-2c59-4d52-9a57-8d7c0f3c9b11`), []byte(`job-1`), 1), malformed),
 		m("negative deferrals", envelopeJSON(`"attempt":1,"deferrals":-1,"payload":{}`), malformed),
 		m("priority 300", envelopeJSON(`"attempt":1,"priority":300,"payload":{}`), malformed),
 		m("no payload", envelopeJSON(`"attempt":1`), malformed),
 		m("JSON nested 20,000 deep", deep, malformed),
 		m("16 MiB of random bytes", random, malformed),
-		m("unknown job type", bytes.Replace(envelopeJSON(`"attempt":1,"payload":{}`), []byte(`"fault.job"`), []byte(`"fault.nobody"`), 1), queuey.ReasonUnknownJobType),
+		m("unknown job type", bytes.Replace(envelopeJSON(`"attempt":1,"payload":{}`), []byte(`"fault.job"`), []byte(`"fault.nobody"`), 1), queuey.ReasonUnknownJobType+" `fault.nobody`"),
 		m("payload field of the wrong type", envelopeJSON(`"attempt":1,"payload":{"seq":"seven"}`), payload),
 		m("payload a string", envelopeJSON(`"attempt":1,"payload":"seven"`), payload),
 		{name: "text/plain content type and AMQP headers of every wrong type", msg: amqp.Publishing{

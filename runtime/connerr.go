@@ -21,6 +21,13 @@ func connectError(url string, err error) error {
 		// A TLS listener answers the AMQP header with a TLS alert, which
 		// amqp091-go reads as an oversized frame.
 		hint = " (the port answered with something that is not AMQP: if it is a TLS listener, use amqps://)"
+	case scheme == "amqp" && errors.As(err, &ae) && ae.Code == amqp.FrameError && ae.Reason == "EOF":
+		// An HTTP server (the management plugin's listener, 15672 by
+		// default) reads the AMQP header as a bad request and waits, then
+		// hangs up: amqp091-go, waiting for connection.start, reads EOF
+		// after its handshake timeout. The provider gives the mirror-image
+		// hint for an http:// endpoint that points at the AMQP port.
+		hint = " (the port hung up without speaking AMQP: this looks like the management port (HTTP, 15672 by default); the AMQP port is 5672 by default, 5671 for amqps://)"
 	case scheme == "amqps" && (errors.Is(err, amqp.ErrClosed) || strings.Contains(msg, "reset by peer") || strings.Contains(msg, "broken pipe") || strings.HasSuffix(msg, "EOF")):
 		// With TLS 1.3 the client's handshake is over before the broker
 		// checks the client certificate: a refusal arrives as a closed

@@ -57,3 +57,20 @@ func TestConnectErrorToATLSPortSaysTLS(t *testing.T) {
 		t.Errorf("a reset without TLS blames a certificate: %v", err)
 	}
 }
+
+// TestConnectErrorToTheManagementPortSaysManagementPort pins issue 15: an
+// amqp:// URL pointing at the management port failed after 5 s with
+// amqp091-go's bare `Exception (501) Reason: "EOF"`, which names neither
+// the port nor the likely mistake.
+func TestConnectErrorToTheManagementPortSaysManagementPort(t *testing.T) {
+	t.Parallel()
+	eof := &amqp.Error{Code: amqp.FrameError, Reason: "EOF"}
+	err := connectError("amqp://guest:guest@127.0.0.1:15672/", eof)
+	if !strings.Contains(err.Error(), "management port") || !strings.Contains(err.Error(), "5672") || !errors.Is(err, eof) {
+		t.Errorf("amqp:// to the management port: %v", err)
+	}
+	other := &amqp.Error{Code: amqp.FrameError, Reason: `Exception (501) Reason: "frame size exceeds negotiated frame_max"`}
+	if err := connectError("amqp://guest:guest@127.0.0.1:5671/", other); strings.Contains(err.Error(), "management") {
+		t.Errorf("a TLS port blamed on the management port: %v", err)
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"strings"
 )
 
 // Envelope is the JSON body of every queuey message, and the source of truth
@@ -18,6 +20,9 @@ type Envelope struct {
 	// Queue is the broker name of the work queue the job belongs to.
 	Queue string `json:"queue"`
 	// Attempt is the 1-based attempt the next delivery will be handled as.
+	// This runtime writes 1 and up; a 0 from elsewhere is accepted, as the
+	// original queuey accepts it, and handled as the attempt before the
+	// first.
 	Attempt int `json:"attempt"`
 	// EnqueuedAtMs is when the job was first enqueued, in Unix milliseconds.
 	// Retries and deferrals keep it.
@@ -37,25 +42,79 @@ type Envelope struct {
 // queuey envelope.
 var errMalformedEnvelope = errors.New("malformed envelope")
 
-// decodeEnvelope parses a message body. A body that is not JSON, or lacks the
-// fields a worker needs to route it, is malformed: the worker copies it to the
-// dead-letter queue verbatim rather than guessing.
+// decodeEnvelope parses a message body by the original queuey's decoder
+// rules (crates/core/src/envelope.rs: serde's derive over the Envelope
+// struct), so that a job is malformed here exactly when it is there: job_id
+// a UUID, job_type, queue, attempt (an unsigned 32-bit integer, 0 accepted),
+// enqueued_at_ms (unsigned) and payload present; deferrals (unsigned 32-bit)
+// and priority (unsigned 8-bit) optional, 0 when absent. A job_type of ""
+// is a job no worker handles, not a malformed one. A body that fails these
+// rules is copied to the dead-letter queue verbatim rather than guessed at.
 func decodeEnvelope(body []byte) (Envelope, error) {
 	var e Envelope
 	if err := json.Unmarshal(body, &e); err != nil {
 		return Envelope{}, fmt.Errorf("%w: %v", errMalformedEnvelope, err)
 	}
+	// Which of the fields without a default were present at all: a
+	// missing one decodes as its zero value above.
+	var present struct {
+		JobID        *string          `json:"job_id"`
+		JobType      *string          `json:"job_type"`
+		Queue        *string          `json:"queue"`
+		Attempt      *json.RawMessage `json:"attempt"`
+		EnqueuedAtMs *json.RawMessage `json:"enqueued_at_ms"`
+	}
+	_ = json.Unmarshal(body, &present) // it parsed above
 	switch {
-	case e.JobID == "":
+	case present.JobID == nil:
 		return Envelope{}, fmt.Errorf("%w: job_id is missing", errMalformedEnvelope)
-	case e.JobType == "":
+	case !isUUID(e.JobID):
+		return Envelope{}, fmt.Errorf("%w: job_id %.40q is not a UUID", errMalformedEnvelope, e.JobID)
+	case present.JobType == nil:
 		return Envelope{}, fmt.Errorf("%w: job_type is missing", errMalformedEnvelope)
-	case e.Attempt < 1:
-		return Envelope{}, fmt.Errorf("%w: attempt %d is not a 1-based attempt", errMalformedEnvelope, e.Attempt)
-	case e.Deferrals < 0:
-		return Envelope{}, fmt.Errorf("%w: deferrals %d is negative", errMalformedEnvelope, e.Deferrals)
+	case present.Queue == nil:
+		return Envelope{}, fmt.Errorf("%w: queue is missing", errMalformedEnvelope)
+	case present.Attempt == nil || string(*present.Attempt) == "null":
+		return Envelope{}, fmt.Errorf("%w: attempt is missing", errMalformedEnvelope)
+	case e.Attempt < 0 || e.Attempt > math.MaxUint32:
+		return Envelope{}, fmt.Errorf("%w: attempt %d is not an unsigned 32-bit integer", errMalformedEnvelope, e.Attempt)
+	case present.EnqueuedAtMs == nil || string(*present.EnqueuedAtMs) == "null":
+		return Envelope{}, fmt.Errorf("%w: enqueued_at_ms is missing", errMalformedEnvelope)
+	case e.EnqueuedAtMs < 0:
+		return Envelope{}, fmt.Errorf("%w: enqueued_at_ms %d is negative", errMalformedEnvelope, e.EnqueuedAtMs)
+	case e.Deferrals < 0 || e.Deferrals > math.MaxUint32:
+		return Envelope{}, fmt.Errorf("%w: deferrals %d is not an unsigned 32-bit integer", errMalformedEnvelope, e.Deferrals)
 	case len(e.Payload) == 0:
 		return Envelope{}, fmt.Errorf("%w: payload is missing", errMalformedEnvelope)
 	}
 	return e, nil
+}
+
+// isUUID reports whether s parses as a UUID in one of the forms the
+// original's uuid crate accepts: hyphenated (8-4-4-4-12), simple (32 hex
+// digits), braced ({hyphenated}) or URN (urn:uuid:hyphenated).
+func isUUID(s string) bool {
+	switch {
+	case len(s) == 45 && strings.HasPrefix(s, "urn:uuid:"):
+		s = s[9:]
+	case len(s) == 38 && s[0] == '{' && s[37] == '}':
+		s = s[1:37]
+	}
+	hex := func(t string) bool {
+		for i := 0; i < len(t); i++ {
+			c := t[i]
+			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+				return false
+			}
+		}
+		return true
+	}
+	switch len(s) {
+	case 32:
+		return hex(s)
+	case 36:
+		return s[8] == '-' && s[13] == '-' && s[18] == '-' && s[23] == '-' &&
+			hex(s[0:8]) && hex(s[9:13]) && hex(s[14:18]) && hex(s[19:23]) && hex(s[24:36])
+	}
+	return false
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"reflect"
 	"testing"
 	"unicode/utf8"
@@ -14,8 +15,8 @@ import (
 // other software gets them wrong.
 var envelopeSeeds = []string{
 	`{"job_id":"0b9f2f1e-2c59-4d52-9a57-8d7c0f3c9b11","job_type":"email.send","queue":"app.emails","attempt":1,"enqueued_at_ms":1733140000000,"deferrals":0,"priority":0,"payload":{"to":"a@example.com"}}`,
-	`{"job_id":"x","job_type":"t","queue":"q","attempt":3,"enqueued_at_ms":1,"deferrals":2,"priority":10,"correlation_id":"req-1","payload":null}`,
-	`{"job_id":"x","job_type":"t","attempt":1,"payload":[1,2,{"a":"\u00e9"}]}`,
+	`{"job_id":"0b9f2f1e-2c59-4d52-9a57-8d7c0f3c9b11","job_type":"t","queue":"q","attempt":3,"enqueued_at_ms":1,"deferrals":2,"priority":10,"correlation_id":"req-1","payload":null}`,
+	`{"job_id":"0b9f2f1e-2c59-4d52-9a57-8d7c0f3c9b11","job_type":"t","queue":"q","attempt":1,"enqueued_at_ms":0,"payload":[1,2,{"a":"\u00e9"}]}`,
 	`{"job_id":5,"job_type":"t","attempt":1,"payload":{}}`,
 	`{"job_id":"x","job_type":"t","attempt":"1","payload":{}}`,
 	`{"job_id":"x","job_type":"t","attempt":0,"payload":{}}`,
@@ -49,7 +50,9 @@ func FuzzDecodeEnvelope(f *testing.F) {
 			}
 			return
 		}
-		if e.JobID == "" || e.JobType == "" || e.Attempt < 1 || e.Deferrals < 0 || len(e.Payload) == 0 {
+		// The original queuey's decoder rules (see decodeEnvelope): a
+		// job_type of "" and attempt 0 are accepted there, so here too.
+		if !isUUID(e.JobID) || e.Attempt < 0 || e.EnqueuedAtMs < 0 || e.Deferrals < 0 || len(e.Payload) == 0 {
 			t.Fatalf("decodeEnvelope(%q) accepted %+v", body, e)
 		}
 		if !json.Valid(e.Payload) {
@@ -75,10 +78,10 @@ func FuzzDecodeEnvelope(f *testing.F) {
 // does: whatever the producer sends, the worker reads back field for field.
 func FuzzEnvelopeRoundTrip(f *testing.F) {
 	f.Add("0b9f2f1e-2c59-4d52-9a57-8d7c0f3c9b11", "email.send", "app.emails", 1, 0, uint8(0), int64(1733140000000), "", []byte(`{"to":"a@example.com"}`))
-	f.Add("id", "t", "", 7, 3, uint8(255), int64(-1), "corr\u00e9", []byte(`"\u2028"`))
-	f.Add("id", "t\x00", "q", 1<<40, 0, uint8(9), int64(0), "c", []byte(`null`))
+	f.Add("0B9F2F1E2C594D529A578D7C0F3C9B11", "t", "", 7, 3, uint8(255), int64(0), "corr\u00e9", []byte(`"\u2028"`))
+	f.Add("{0b9f2f1e-2c59-4d52-9a57-8d7c0f3c9b11}", "t\x00", "q", 1<<31, 0, uint8(9), int64(0), "c", []byte(`null`))
 	f.Fuzz(func(t *testing.T, id, jobType, queue string, attempt, deferrals int, prio uint8, at int64, corr string, payload []byte) {
-		if id == "" || jobType == "" || attempt < 1 || deferrals < 0 || !json.Valid(payload) {
+		if !isUUID(id) || jobType == "" || attempt < 1 || attempt > math.MaxUint32 || deferrals < 0 || deferrals > math.MaxUint32 || at < 0 || !json.Valid(payload) {
 			return // the producer never builds these
 		}
 		for _, s := range []string{id, jobType, queue, corr} {
@@ -103,7 +106,7 @@ func FuzzEnvelopeRoundTrip(f *testing.F) {
 		if !reflect.DeepEqual(in, out) || !reflect.DeepEqual(want, got) {
 			t.Fatalf("round trip:\nsent %+v %s\ngot  %+v %s", in, payload, out, msg.Body)
 		}
-		if msg.MessageId != id || msg.Type != jobType || msg.Priority != prio {
+		if msg.MessageId != id || msg.Type != shortString(jobType) || msg.Priority != prio {
 			t.Fatalf("properties %q %q %d do not mirror the envelope", msg.MessageId, msg.Type, msg.Priority)
 		}
 	})

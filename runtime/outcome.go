@@ -49,15 +49,47 @@ func (a Action) String() string {
 	return fmt.Sprintf("Action(%d)", int(a))
 }
 
-// Dead-letter reasons that name no handler error, as written into the
-// x-death-reason header.
+// Dead-letter reasons, as written into the x-death-reason header. Their
+// texts are the original queuey's (Rust, 1.x), so that an alert written
+// against one fleet's dead letters matches the other's:
+//
+//	malformed envelope                                   (ReasonMalformedEnvelope)
+//	no handler for job type `{type}`                     (ReasonUnknownJobType, then the type)
+//	decode error: {err}                                  (ReasonDecodeError, then the error)
+//	fatal error: {err}                                   (ReasonFatal, then the error)
+//	max attempts ({max}) exhausted after attempt {n}: {err}
+//
+// where a retried error that was a timeout reads "job timed out after
+// {limit}: ..." and a panic "handler panicked: {value}".
 const (
 	// ReasonMalformedEnvelope: the body was not a queuey envelope; it is
 	// copied to the dead-letter queue verbatim.
 	ReasonMalformedEnvelope = "malformed envelope"
-	// ReasonUnknownJobType: no worker is registered for the job's kind.
-	ReasonUnknownJobType = "unknown job type"
+	// ReasonUnknownJobType starts the reason of a job no worker is
+	// registered for; the job type follows, in backquotes.
+	ReasonUnknownJobType = "no handler for job type"
+	// ReasonDecodeError starts the reason of a job whose payload does not
+	// decode into its worker's args.
+	ReasonDecodeError = "decode error: "
+	// ReasonFatal starts the reason of a job its handler failed with
+	// JobFatal; the wrapped error follows.
+	ReasonFatal = "fatal error: "
 )
+
+// unknownJobTypeReason is the reason of a job no worker handles.
+func unknownJobTypeReason(jobType string) string {
+	return ReasonUnknownJobType + " `" + jobType + "`"
+}
+
+// reasonText is err as a dead-letter reason quotes it: a panic as the
+// original's "handler panicked", with the value it panicked with.
+func reasonText(err error) string {
+	var pe *PanicError
+	if errors.As(err, &pe) {
+		return fmt.Sprintf("handler panicked: %v", pe.Value)
+	}
+	return err.Error()
+}
 
 // Outcome is the decision a worker took on one delivery: the same value for
 // the worker pool, which then publishes and settles it, and for the test
@@ -138,13 +170,13 @@ func (d *Dispatcher) DispatchEnvelope(ctx context.Context, queue string, env Env
 	jc := jobContextFromEnvelope(env)
 	h, ok := d.workers.handlers[env.JobType]
 	if !ok {
-		return Outcome{Action: ActionDeadLetter, Reason: ReasonUnknownJobType, Job: jc, env: &env,
+		return Outcome{Action: ActionDeadLetter, Reason: unknownJobTypeReason(env.JobType), Job: jc, env: &env,
 			Err: fmt.Errorf("no worker is registered for job type %q", env.JobType)}
 	}
 	p, err := h.prepare(env.Payload, jc)
 	if err != nil {
 		err = fmt.Errorf("payload of job type %q does not decode: %w", env.JobType, err)
-		return Outcome{Action: ActionDeadLetter, Reason: "malformed payload: " + err.Error(), Job: jc, env: &env, Err: err}
+		return Outcome{Action: ActionDeadLetter, Reason: ReasonDecodeError + err.Error(), Job: jc, env: &env, Err: err}
 	}
 	cands := retryCandidates{handler: p.handlerPolicy, jobType: p.jobTypePolicy, queueDefault: d.queueRetry[queue], workerDefault: d.opts.Retry}
 	if rp, ok := d.opts.RetryByKind[env.JobType]; ok {
@@ -172,10 +204,18 @@ func (d *Dispatcher) DispatchEnvelope(ctx context.Context, queue string, env Env
 // errTimeoutCause tells the job timeout apart from the parent's cancellation.
 var errTimeoutCause = errors.New("job timeout")
 
+// AbandonGrace is how long a handler has, once its context is done (its
+// timeout passed, or the pool's Stop ran out of time), to return before it
+// is abandoned: a handler that returns within it, as one that watches its
+// context does, is settled with its own error; one still running after it is
+// reported as "handler abandoned" and the delivery is settled without it.
+const AbandonGrace = 100 * time.Millisecond
+
 // runJob runs a prepared job with its timeout, recovering a panic. A handler
-// that outlives its timeout, or its parent context, is abandoned: the
-// delivery is settled without it, because a handler that ignores its context
-// would otherwise hold a delivery, and a shutdown, forever.
+// that outlives its timeout, or its parent context, by more than
+// AbandonGrace is abandoned: the delivery is settled without it, because a
+// handler that ignores its context would otherwise hold a delivery, and a
+// shutdown, forever.
 func runJob(ctx context.Context, p *preparedJob, jc JobContext, timeout time.Duration) error {
 	ctx = WithJobContext(ctx, jc)
 	var cancel context.CancelFunc
@@ -203,7 +243,16 @@ func runJob(ctx context.Context, p *preparedJob, jc JobContext, timeout time.Dur
 			return nil // finished, if only just
 		}
 	case <-ctx.Done():
-		err = fmt.Errorf("handler abandoned: %w", ctx.Err())
+		grace := time.NewTimer(AbandonGrace)
+		select {
+		case err = <-done:
+			grace.Stop()
+			if err == nil {
+				return nil // it did the work, a little late
+			}
+		case <-grace.C:
+			err = fmt.Errorf("handler abandoned: it had not returned %s after its context ended: %w", AbandonGrace, ctx.Err())
+		}
 	}
 	if context.Cause(ctx) == errTimeoutCause {
 		var pe *PanicError
@@ -241,7 +290,13 @@ func classify(jc JobContext, err error, policy RetryPolicy, retryGranularity, de
 	}
 	var fatal *FatalError
 	if errors.As(err, &fatal) {
-		o.Action, o.Reason = ActionDeadLetter, err.Error()
+		// JobFatal(e) reads "fatal error: e", as the original's; an
+		// error wrapping it keeps its context.
+		msg := fatal.Err.Error()
+		if err != error(fatal) {
+			msg = err.Error()
+		}
+		o.Action, o.Reason = ActionDeadLetter, ReasonFatal+msg
 		return o
 	}
 	var def *DeferError
@@ -261,7 +316,7 @@ func classify(jc JobContext, err error, policy RetryPolicy, retryGranularity, de
 	}
 	if !policy.Retries(jc.Attempt) {
 		o.Action = ActionDeadLetter
-		o.Reason = fmt.Sprintf("attempts exhausted (%d of %d): %v", jc.Attempt, policy.Attempts(), err)
+		o.Reason = fmt.Sprintf("max attempts (%d) exhausted after attempt %d: %s", policy.Attempts(), jc.Attempt, reasonText(err))
 		return o
 	}
 	o.Delay = policy.Delay(jc.Attempt, rnd)

@@ -44,12 +44,12 @@ func TestClassify(t *testing.T) {
 	last := jc
 	last.Attempt = 3
 	o = classify(last, boom, policy, time.Second, time.Second, half)
-	if o.Action != ActionDeadLetter || !strings.Contains(o.Reason, "attempts exhausted (3 of 3): boom") {
+	if o.Action != ActionDeadLetter || !strings.Contains(o.Reason, "max attempts (3) exhausted after attempt 3: boom") {
 		t.Errorf("last attempt: %+v", o)
 	}
 
 	o = classify(jc, fmt.Errorf("sending: %w", JobFatal(boom)), policy, time.Second, time.Second, half)
-	if o.Action != ActionDeadLetter || o.Reason != "sending: fatal: boom" || !errors.Is(o.Err, ErrJobFatal) || !errors.Is(o.Err, boom) {
+	if o.Action != ActionDeadLetter || o.Reason != "fatal error: sending: fatal: boom" || !errors.Is(o.Err, ErrJobFatal) || !errors.Is(o.Err, boom) {
 		t.Errorf("wrapped fatal: %+v", o)
 	}
 
@@ -269,7 +269,7 @@ func TestDispatcherOutcomes(t *testing.T) {
 	}
 
 	o = d.Dispatch(ctx, "q1", envelopeBody(t, "plain", "p.q1", 1, plainArgs{N: 2}))
-	if o.Action != ActionDeadLetter || o.Reason != "fatal: bad input" {
+	if o.Action != ActionDeadLetter || o.Reason != "fatal error: bad input" {
 		t.Errorf("fatal: %+v", o)
 	}
 
@@ -286,7 +286,7 @@ func TestDispatcherOutcomes(t *testing.T) {
 	}
 
 	o = d.Dispatch(ctx, "q1", envelopeBody(t, "plain", "p.q1", 3, plainArgs{N: 5}))
-	if o.Action != ActionDeadLetter || o.Reason != "attempts exhausted (3 of 3): failure 5" || o.Job.Attempt != 3 {
+	if o.Action != ActionDeadLetter || o.Reason != "max attempts (3) exhausted after attempt 3: failure 5" || o.Job.Attempt != 3 {
 		t.Errorf("exhausted: %+v", o)
 	}
 
@@ -301,12 +301,12 @@ func TestDispatcherOutcomes(t *testing.T) {
 	}
 
 	o = d.Dispatch(ctx, "q1", envelopeBody(t, "nobody", "p.q1", 1, plainArgs{}))
-	if o.Action != ActionDeadLetter || o.Reason != ReasonUnknownJobType || o.Job.Type != "nobody" {
+	if o.Action != ActionDeadLetter || o.Reason != "no handler for job type `nobody`" || o.Job.Type != "nobody" {
 		t.Errorf("unknown kind: %+v", o)
 	}
 
 	o = d.Dispatch(ctx, "q1", envelopeBody(t, "plain", "p.q1", 1, map[string]string{"N": "not a number"}))
-	if o.Action != ActionDeadLetter || !strings.HasPrefix(o.Reason, "malformed payload") {
+	if o.Action != ActionDeadLetter || !strings.HasPrefix(o.Reason, "decode error: ") {
 		t.Errorf("undecodable payload: %+v", o)
 	}
 

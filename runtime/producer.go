@@ -227,8 +227,12 @@ func (o ProducerOptions) validate() error {
 // encoded with encoding/json; pass a json.RawMessage to send JSON as it is.
 // The job goes in at priority 0, behind deferred jobs. Enqueue returns once
 // the broker has confirmed the job; a queue that does not exist is an error
-// (ErrUnroutable).
+// (ErrUnroutable). A job type, correlation id or queue name longer than 255
+// bytes is refused with ErrFieldTooLong before anything is sent.
 func (p *Producer) Enqueue(ctx context.Context, queue, jobType string, payload any, opts *EnqueueOptions) (string, error) {
+	if err := checkShortStrings(p.workName(queue), jobType, opts); err != nil {
+		return "", err
+	}
 	env, err := p.newEnvelope(queue, jobType, payload, opts)
 	if err != nil {
 		return "", err
@@ -240,8 +244,9 @@ func (p *Producer) Enqueue(ctx context.Context, queue, jobType string, payload a
 }
 
 // EnqueueAfter publishes a job that a worker can take once delay has passed,
-// and returns its id. The delay is rounded up to the producer's
-// DelayGranularity, at least one step, and waits in a hold queue that the
+// and returns its id. A delay of zero or less (time.Until of a time just
+// past) enqueues the job now, as Enqueue does. A positive delay is rounded up
+// to the producer's DelayGranularity, at least one step, and waits in a hold queue that the
 // broker returns the job from at priority 0. A delay longer than a hold queue
 // can carry (24d 20h 31m 23s) is refused with ErrDelayTooLong, never
 // shortened, and nothing is published. The queue must be one this producer
@@ -259,15 +264,31 @@ func (p *Producer) Enqueue(ctx context.Context, queue, jobType string, payload a
 // cannot be sure, it returns an error that says the job may or may not
 // have been enqueued.
 func (p *Producer) EnqueueAfter(ctx context.Context, queue, jobType string, payload any, delay time.Duration, opts *EnqueueOptions) (string, error) {
+	if delay <= 0 {
+		// A time just past (time.Until of it) is an ordinary call.
+		return p.Enqueue(ctx, queue, jobType, payload, opts)
+	}
+	if err := checkShortStrings(p.workName(queue), jobType, opts); err != nil {
+		return "", err
+	}
 	return p.enqueueHeld(ctx, queue, jobType, payload, delay, p.opts.DelayGranularity, false, opts)
 }
 
 // Defer publishes a job that comes back after delay ahead of the backlog:
 // once its hold queue returns it, it has the queue's max priority (RabbitMQ
 // delivers higher priorities first), for that one round; on a queue without
-// priorities it simply comes back at the end. It is counted as one deferral. The delay is rounded up to the producer's DeferGranularity;
-// otherwise Defer is like EnqueueAfter.
+// priorities it simply comes back at the end. Its envelope says deferrals 0,
+// as the original queuey's does: a deferral is counted when a handler
+// defers. The delay is rounded up to the producer's DeferGranularity; a delay
+// of zero or less waits one step, as a handler's JobDefer does. Otherwise
+// Defer is like EnqueueAfter.
 func (p *Producer) Defer(ctx context.Context, queue, jobType string, payload any, delay time.Duration, opts *EnqueueOptions) (string, error) {
+	if delay < 0 {
+		delay = 0 // one step, as JobDefer
+	}
+	if err := checkShortStrings(p.workName(queue), jobType, opts); err != nil {
+		return "", err
+	}
 	return p.enqueueHeld(ctx, queue, jobType, payload, delay, p.opts.DeferGranularity, true, opts)
 }
 
@@ -286,7 +307,9 @@ func (p *Producer) enqueueHeld(ctx context.Context, queue, jobType string, paylo
 		return "", err
 	}
 	if deferred {
-		env.Deferrals = 1
+		// A deferral is counted when a handler defers, as the original
+		// queuey counts it: a job the producer defers has been deferred
+		// by no one yet.
 		env.Priority = uint8(q.MaxPriority)
 	}
 	if err := p.publishEnvelope(ctx, env, ttl); err != nil {
@@ -347,6 +370,9 @@ func (p *Producer) EnqueueBatch(ctx context.Context, jobs []BatchJob) ([]string,
 	ids := make([]string, len(jobs))
 	out := make([]outgoing, len(jobs))
 	for i, j := range jobs {
+		if err := checkShortStrings(p.workName(j.Queue), j.JobType, j.Options); err != nil {
+			return nil, fmt.Errorf("queuey: batch job %d: %w", i, err)
+		}
 		env, err := p.newEnvelope(j.Queue, j.JobType, j.Payload, j.Options)
 		if err != nil {
 			return nil, fmt.Errorf("queuey: batch job %d: %w", i, err)

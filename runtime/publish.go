@@ -153,9 +153,9 @@ func newPublishing(env Envelope, persistent bool, headers amqp.Table) (amqp.Publ
 		ContentType:   contentTypeJSON,
 		DeliveryMode:  mode,
 		Priority:      env.Priority,
-		CorrelationId: env.CorrelationID,
-		MessageId:     env.JobID,
-		Type:          env.JobType,
+		CorrelationId: shortString(env.CorrelationID), // cut for jobs from elsewhere: see shortString
+		MessageId:     shortString(env.JobID),
+		Type:          shortString(env.JobType),
 		Timestamp:     time.Now(),
 		Body:          body,
 	}, nil

@@ -39,14 +39,15 @@ func (s *subscription) settle(d amqp.Delivery, o Outcome, took time.Duration) {
 	switch o.Action {
 	case ActionRequeue:
 		if s.giveBack(d, o) {
-			s.pool.log.Warn("queuey: job interrupted by the shutdown; returned to the queue at the same attempt", "queue", s.q.work, "job_id", o.Job.ID, "job_type", o.Job.Type, "attempt", o.Job.Attempt, "duration", took)
+			s.pool.log.Warn("queuey: job interrupted by the shutdown; returned to the queue at the same attempt", append(s.settleAttrs(o), "duration", took)...)
 		}
 	case ActionAck:
 		// The common case: no publish to bound, and no log record to
-		// build when Info is off.
+		// build when Debug is off. A success is logged at Debug: a busy
+		// worker should not write a line per job by default.
 		s.ack(d, o)
-		if s.pool.log.Enabled(context.Background(), slog.LevelInfo) {
-			s.pool.log.Info("queuey: job done", "queue", s.q.work, "job_id", o.Job.ID, "job_type", o.Job.Type, "attempt", o.Job.Attempt, "duration", took)
+		if s.pool.log.Enabled(context.Background(), slog.LevelDebug) {
+			s.pool.log.Debug("queuey: job done", append(s.settleAttrs(o), "duration", took)...)
 		}
 	case ActionRetry, ActionDefer:
 		s.republish(d, o)
@@ -55,9 +56,11 @@ func (s *subscription) settle(d amqp.Delivery, o Outcome, took time.Duration) {
 	}
 }
 
-// settleAttrs are the log attributes every settled job's record starts with.
+// settleAttrs are the log attributes every record about a job starts with:
+// its id, kind, queue, attempt and correlation id (empty for a malformed
+// envelope, which has none of them but the queue).
 func (s *subscription) settleAttrs(o Outcome) []any {
-	return []any{"queue", s.q.work, "job_id", o.Job.ID, "job_type", o.Job.Type, "attempt", o.Job.Attempt}
+	return []any{"queue", s.q.work, "job_id", o.Job.ID, "job_type", o.Job.Type, "attempt", o.Job.Attempt, "correlation_id", o.Job.CorrelationID}
 }
 
 // republish settles a retry or a deferral: the job goes back to its work
@@ -109,7 +112,7 @@ func (s *subscription) ack(d amqp.Delivery, o Outcome) {
 	if err := d.Ack(false); err != nil {
 		// The channel is gone, and with it the delivery: the broker
 		// delivers the job again, so it may run (or be republished) twice.
-		s.pool.log.Warn("queuey: could not acknowledge a settled job; the broker will deliver it again", "queue", s.q.work, "job_id", o.Job.ID, "action", o.Action, "error", err)
+		s.pool.log.Warn("queuey: could not acknowledge a settled job; the broker will deliver it again", append(s.settleAttrs(o), "action", o.Action, "error", err)...)
 	}
 }
 
@@ -117,7 +120,7 @@ func (s *subscription) ack(d amqp.Delivery, o Outcome) {
 // moment first (unless the pool is stopping), so that a broker that keeps
 // refusing the publish does not turn the delivery into a hot loop.
 func (s *subscription) requeue(d amqp.Delivery, o Outcome, err error) {
-	s.pool.log.Error("queuey: could not publish the job's "+o.Action.String()+"; returning the delivery to the queue", "queue", s.q.work, "job_id", o.Job.ID, "error", err)
+	s.pool.log.Error("queuey: could not publish the job's "+o.Action.String()+"; returning the delivery to the queue", append(s.settleAttrs(o), "error", err)...)
 	t := time.NewTimer(time.Second)
 	select {
 	case <-t.C:
@@ -140,7 +143,7 @@ func (s *subscription) requeue(d amqp.Delivery, o Outcome, err error) {
 func (s *subscription) giveBack(d amqp.Delivery, o Outcome) bool {
 	if !s.cancelled() {
 		if err := d.Nack(false, true); err != nil {
-			s.pool.log.Warn("queuey: could not return the job to its queue; the broker will deliver it again when the channel closes", "queue", s.q.work, "job_id", o.Job.ID, "error", err)
+			s.pool.log.Warn("queuey: could not return the job to its queue; the broker will deliver it again when the channel closes", append(s.settleAttrs(o), "error", err)...)
 		}
 		return true
 	}
@@ -152,7 +155,7 @@ func (s *subscription) giveBack(d amqp.Delivery, o Outcome) bool {
 	msg.UserId = ""
 	if err := s.pool.pub.publishRaw(ctx, s.q.work, msg); err != nil {
 		// A requeue would drop it too: leave it to the channel's close.
-		s.pool.log.Error("queuey: the job's queue was deleted while the job ran, and publishing the job to it again failed: unless a try of that publish reached the queue after all, the job is lost", "queue", s.q.work, "job_id", o.Job.ID, "error", err)
+		s.pool.log.Error("queuey: the job's queue was deleted while the job ran, and publishing the job to it again failed: unless a try of that publish reached the queue after all, the job is lost", append(s.settleAttrs(o), "error", err)...)
 		return false
 	}
 	s.ack(d, o)
@@ -167,7 +170,7 @@ func (s *subscription) runDeadLetterHook(ctx context.Context, dl DeadLetter) {
 	}
 	defer func() {
 		if r := recover(); r != nil {
-			s.pool.log.Error("queuey: the dead-letter hook panicked", "queue", dl.Queue, "job_id", dl.Job.ID, "panic", r)
+			s.pool.log.Error("queuey: the dead-letter hook panicked", "queue", dl.Queue, "job_id", dl.Job.ID, "job_type", dl.Job.Type, "attempt", dl.Job.Attempt, "correlation_id", dl.Job.CorrelationID, "panic", r)
 		}
 	}()
 	hook(ctx, dl)

@@ -27,6 +27,14 @@ const (
 	resubscribeMaxBackoff = 5 * time.Second
 )
 
+// redeclareAfter is how long a consumed work queue may stay absent, with no
+// migration of it in progress, before the pool declares it again itself:
+// the original queuey's upgrade procedure is "drain the queue, delete it,
+// let the new version declare it", and a pool that only waited would wait
+// forever. It is long enough for a migration that has just begun to have
+// declared its migration queue, which is what tells the two apart.
+const redeclareAfter = 3 * time.Second
+
 // WorkerPool consumes the work queues of a queue set and runs the registered
 // workers on their jobs. It publishes a retry, a deferral or a dead letter
 // before it acknowledges the delivery it came from, so a job survives a crash
@@ -35,8 +43,15 @@ const (
 // The pool reconnects by itself when the connection is lost (backing off
 // from 500 ms to 30 s, with jitter), declares the set again and resubscribes.
 // When the broker cancels a consumer because its queue was deleted (as a
-// migration does), the pool polls until the queue is back and resubscribes;
-// it never recreates the queue itself, which would race the migration.
+// migration does), the pool polls until the queue is back and resubscribes.
+// While a migration of the queue runs (its migration queue, topology's
+// MigrationName, exists) the pool never declares the queue itself, which
+// would race the migration. A queue that stays absent for 3 s with no
+// migration in progress (deleted by hand, as the original queuey's upgrade
+// procedure does) is declared again by the pool, with its dead-letter
+// queue, as at start-up. So a pool still consuming a queue that was removed
+// from the Terraform set on purpose declares it again: stop those pools
+// before removing the queue.
 type WorkerPool struct {
 	set     QueueSet
 	disp    *Dispatcher
@@ -49,8 +64,14 @@ type WorkerPool struct {
 	sem     chan struct{}
 	connCfg amqp.Config
 
-	// jobCtx is the parent of every handler's context. It is cancelled only
-	// when a Stop's context expires: a graceful stop lets handlers finish.
+	// valuesCtx is the context NewWorkerPool was given: Start passes its
+	// values (not its cancellation) on to every handler.
+	valuesCtx context.Context
+	// jobCtx is the parent of every handler's context: it carries the
+	// values of the context the pool was started with (NewWorkerPool's
+	// for Start, Run's for Run) without its cancellation, and is cancelled
+	// only when a Stop's context expires: a graceful stop lets handlers
+	// finish.
 	jobCtx    context.Context
 	jobCancel context.CancelFunc
 	// stopCtx is cancelled when Stop begins: nothing more is pulled.
@@ -73,6 +94,7 @@ type poolQueue struct {
 	dead        string
 	prefetch    int
 	maxPriority uint8
+	topo        topology.Queue // for declaring it again (see redeclareAfter)
 }
 
 // NewWorkerPool connects to the broker at url, declares the work and
@@ -89,6 +111,7 @@ func NewWorkerPool(ctx context.Context, url string, set QueueSet, workers *Worke
 	if err != nil {
 		return nil, err
 	}
+	p.valuesCtx = ctx
 	p.conn, err = dial(ctx, url, p.connCfg, declareOnConnect(set, p.log), p.log)
 	if err != nil {
 		return nil, err
@@ -142,7 +165,7 @@ func newWorkerPool(set QueueSet, workers *Workers, opts *WorkerOptions) (*Worker
 			return nil, fmt.Errorf("retry override for queue %q: the queue is not in queue set %q", name, set.Prefix)
 		}
 	}
-	p := &WorkerPool{set: set, disp: disp, opts: o, log: o.Logger, subs: map[*poolQueue]*subscription{}}
+	p := &WorkerPool{set: set, disp: disp, opts: o, log: o.Logger, subs: map[*poolQueue]*subscription{}, valuesCtx: context.Background()}
 	queues, total, err := consumedQueues(set, byName, o.Queues)
 	if err != nil {
 		return nil, err
@@ -184,7 +207,7 @@ func consumedQueues(set QueueSet, byName map[string]QueueConfig, names []string)
 		seen[name] = true
 		tq := qc.topology()
 		work := set.WorkQueue(name)
-		queues = append(queues, &poolQueue{name: name, work: work, dead: topology.DeadName(work), prefetch: qc.prefetch(), maxPriority: uint8(tq.MaxPriority)})
+		queues = append(queues, &poolQueue{name: name, work: work, dead: topology.DeadName(work), prefetch: qc.prefetch(), maxPriority: uint8(tq.MaxPriority), topo: tq})
 		total += qc.prefetch()
 	}
 	return queues, total, nil
@@ -219,8 +242,13 @@ func (p *WorkerPool) producerConfig() *amqp.Config {
 }
 
 // Start subscribes to every consumed queue and returns; jobs are handled in
-// the background until Stop.
-func (p *WorkerPool) Start() error {
+// the background until Stop. Handlers' contexts carry the values of the
+// context given to NewWorkerPool, but not its cancellation or deadline:
+// Stop decides when jobs end.
+func (p *WorkerPool) Start() error { return p.start(p.valuesCtx) }
+
+// start is Start with the context whose values the handlers see.
+func (p *WorkerPool) start(values context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch {
@@ -230,6 +258,10 @@ func (p *WorkerPool) Start() error {
 		return errors.New("queuey: the worker pool is already started")
 	}
 	p.started = true
+	// The job context is replaced before any consumer runs; Stop, which
+	// cancels it, reads it under mu.
+	p.jobCancel()
+	p.jobCtx, p.jobCancel = context.WithCancel(context.WithoutCancel(values))
 	for _, q := range p.queues {
 		p.consumers.Add(1)
 		go p.consume(q)
@@ -288,9 +320,11 @@ func (p *WorkerPool) Stop(ctx context.Context) error {
 }
 
 // Run starts the pool, handles jobs until ctx is done, then stops it
-// gracefully, waiting for every job already pulled.
+// gracefully, waiting for every job already pulled. Handlers' contexts
+// carry ctx's values, without its cancellation: the jobs running when ctx
+// ends finish, as with Stop.
 func (p *WorkerPool) Run(ctx context.Context) error {
-	if err := p.Start(); err != nil {
+	if err := p.start(ctx); err != nil {
 		return err
 	}
 	<-ctx.Done()
@@ -309,6 +343,7 @@ func (p *WorkerPool) isStopping() bool {
 func (p *WorkerPool) consume(q *poolQueue) {
 	defer p.consumers.Done()
 	failures := 0
+	var absentSince time.Time // when subscribing first found q absent; zero while it is there
 	for !p.isStopping() {
 		ch, err := p.conn.channel(p.stopCtx)
 		if err != nil {
@@ -325,6 +360,17 @@ func (p *WorkerPool) consume(q *poolQueue) {
 			if p.isStopping() {
 				return
 			}
+			var ae *amqp.Error
+			if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+				if absentSince.IsZero() {
+					absentSince = time.Now()
+				} else if time.Since(absentSince) >= redeclareAfter && p.redeclareAbsent(q) {
+					absentSince = time.Time{}
+					continue
+				}
+			} else {
+				absentSince = time.Time{}
+			}
 			if failures == 0 || failures%10 == 0 {
 				p.log.Warn("queuey: could not subscribe to the work queue; retrying until it exists", "queue", q.work, "error", err)
 			}
@@ -336,6 +382,7 @@ func (p *WorkerPool) consume(q *poolQueue) {
 			p.log.Info("queuey: subscribed to the work queue again", "queue", q.work)
 		}
 		failures = 0
+		absentSince = time.Time{}
 		s.serve()
 
 		p.mu.Lock()
@@ -348,6 +395,53 @@ func (p *WorkerPool) consume(q *poolQueue) {
 			p.log.Warn("queuey: the subscription ended (channel or connection lost); resubscribing", "queue", q.work)
 		}
 	}
+}
+
+// redeclareAbsent declares q's work and dead-letter queues, as at
+// start-up, unless a migration of q is in progress (its migration queue
+// exists: the migration declares q itself) or q is back. It reports whether
+// it declared q; it logs its failures, and consume tries again later.
+func (p *WorkerPool) redeclareAbsent(q *poolQueue) bool {
+	exists := func(name string) (bool, error) {
+		ch, err := p.conn.channel(p.stopCtx)
+		if err != nil {
+			return false, err
+		}
+		defer func() { _ = ch.Close() }()
+		_, err = ch.QueueDeclarePassive(name, false, false, false, false, nil)
+		var ae *amqp.Error
+		switch {
+		case err == nil:
+			return true, nil
+		case errors.As(err, &ae) && ae.Code == amqp.NotFound:
+			return false, nil
+		}
+		return false, err
+	}
+	for _, name := range []string{topology.MigrationName(q.work), q.work} {
+		there, err := exists(name)
+		if err != nil {
+			p.log.Warn("queuey: could not check whether the absent work queue is being migrated", "queue", q.work, "error", err)
+			return false
+		}
+		if there {
+			return false
+		}
+	}
+	ch, err := p.conn.channel(p.stopCtx)
+	if err != nil {
+		return false
+	}
+	defer func() { _ = ch.Close() }()
+	if err := declareQueue(ch, q.work, q.topo.Durable, topology.WorkArgs(q.topo)); err != nil {
+		p.log.Warn("queuey: could not declare the absent work queue again", "queue", q.work, "error", err)
+		return false
+	}
+	if err := declareQueue(ch, q.dead, topology.DeadDurable, topology.DeadArgs()); err != nil {
+		p.log.Warn("queuey: declared the absent work queue again, but not its dead-letter queue", "queue", q.dead, "error", err)
+	}
+	p.log.Warn("queuey: the work queue was deleted and stayed absent with no migration in progress; declared it again", "queue", q.work, "absent_for", redeclareAfter)
+	return true
 }
 
 // register records s as the subscription of its queue, so that Stop can

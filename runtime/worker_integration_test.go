@@ -491,8 +491,8 @@ func TestIntegrationWorkerDeadLettersExhaustedAndFatal(t *testing.T) {
 			t.Errorf("properties: mode %d, content type %q", d.DeliveryMode, d.ContentType)
 		}
 	}
-	check(alwaysID, alwaysArgs, 3, "attempts exhausted (3 of 3): still broken")
-	check(fatalID, fatalArgs, 1, "fatal: card declined")
+	check(alwaysID, alwaysArgs, 3, "max attempts (3) exhausted after attempt 3: still broken")
+	check(fatalID, fatalArgs, 1, "fatal error: card declined")
 	if always.len() != 3 || fatal.len() != 1 {
 		t.Errorf("runs: always-fails %d (want 3), fatal %d (want 1)", always.len(), fatal.len())
 	}
@@ -682,7 +682,7 @@ func TestIntegrationWorkerMalformedAndUnknownDoNotStall(t *testing.T) {
 			if string(d.Body) != string(garbage) || d.MessageId != "raw-1" || d.ContentType != "text/plain" {
 				t.Errorf("malformed body not copied verbatim: %q %+v", d.Body, d)
 			}
-		case queuey.ReasonUnknownJobType:
+		case queuey.ReasonUnknownJobType + " `wk.nobody-handles-this`":
 			sawUnknown = true
 			if d.MessageId != unknownID || d.Type != "wk.nobody-handles-this" || d.Headers[topology.HeaderOriginalQueue] != work {
 				t.Errorf("unknown job type dead letter: %+v", d)
@@ -934,7 +934,7 @@ func TestIntegrationWorkerNeverAcksAJobWhoseRepublishFailed(t *testing.T) {
 	}
 	_ = ch.Close()
 	got := e.waitDead(dead, 1, 10*time.Second)
-	if got[0].MessageId != id || got[0].Headers[topology.HeaderDeathReason] != "fatal: bad input" {
+	if got[0].MessageId != id || got[0].Headers[topology.HeaderDeathReason] != "fatal error: bad input" {
 		t.Errorf("dead letter %+v", got[0])
 	}
 	// The dead letter is logged once the delivery is acknowledged: every

@@ -43,13 +43,16 @@ type WorkerOptions struct {
 	// must be a whole number of milliseconds. Defaults to 1 s.
 	DeferGranularity time.Duration
 	// JobTimeout bounds one run of a handler: its context is cancelled, and
-	// the run counts as a failure and is retried. A handler that ignores its
-	// context is abandoned, still running, so that its delivery (and a
-	// shutdown) does not wait for it. A worker implementing
+	// the run counts as a failure and is retried, with the handler's own
+	// error if it returns within AbandonGrace (100 ms) of the deadline. A
+	// handler that ignores its context is abandoned after that grace, still
+	// running, so that its delivery (and a shutdown) does not wait for it. A worker implementing
 	// WorkerWithTimeout overrides it. Defaults to none.
 	JobTimeout time.Duration
-	// Logger receives a record per job: success and deferral at Info, retry
-	// at Warn, dead letters at Error. Defaults to slog.Default().
+	// Logger receives a record per job, with its id (job_id), kind
+	// (job_type), queue, attempt and correlation_id: success at Debug,
+	// deferral at Info, retry at Warn, dead letters at Error. Defaults to
+	// slog.Default().
 	Logger *slog.Logger
 	// OnDeadLetter runs before a job is published to its dead-letter queue,
 	// for alerting. A panic in it is recovered and logged; it cannot stop

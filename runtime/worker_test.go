@@ -223,7 +223,7 @@ func TestWorkerPoolSettleDeadLetter(t *testing.T) {
 	if got := strings.Join(*b.events, ","); got != "publish-raw,ack" {
 		t.Fatalf("events %s", got)
 	}
-	if len(b.hooked) != 1 || b.hooked[0].Reason != "fatal: never" {
+	if len(b.hooked) != 1 || b.hooked[0].Reason != "fatal error: never" {
 		t.Errorf("hook saw %+v", b.hooked)
 	}
 	msg := b.pub.raws[0]
@@ -231,7 +231,7 @@ func TestWorkerPoolSettleDeadLetter(t *testing.T) {
 		t.Errorf("dead letter to %s with body %s", b.pub.rawQs[0], msg.Body)
 	}
 	h := msg.Headers
-	if h[topology.HeaderDeathReason] != "fatal: never" || h[topology.HeaderOriginalQueue] != "p.q1" || h[topology.HeaderAttempts] != int64(1) {
+	if h[topology.HeaderDeathReason] != "fatal error: never" || h[topology.HeaderOriginalQueue] != "p.q1" || h[topology.HeaderAttempts] != int64(1) {
 		t.Errorf("headers %v", h)
 	}
 	for k := range h {

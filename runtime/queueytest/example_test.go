@@ -93,8 +93,8 @@ func Example() {
 	// Output:
 	// cus_ok: acked
 	// cus_busy: deferred by 30s (gateway said Retry-After: 30)
-	// cus_broke: dead-lettered (fatal: card declined)
+	// cus_broke: dead-lettered (fatal error: card declined)
 	// cus_network, attempt 1: retry, retried: true
-	// cus_network, attempt 3: dead-lettered (attempts exhausted (3 of 3): connection reset)
+	// cus_network, attempt 3: dead-lettered (max attempts (3) exhausted after attempt 3: connection reset)
 	// enqueued billing.receipt on billing: {"customer":"cus_ok"}
 }

@@ -114,7 +114,7 @@ func TestWorkerRetryUsesTheResolvedPolicy(t *testing.T) {
 		t.Errorf("result %s", r)
 	}
 	r = b.worker.Work(context.Background(), sendArgs{Mode: "flaky"}, &queueytest.JobOptions{Attempt: 3})
-	if reason := queueytest.RequireDeadLettered(t, r); reason != "attempts exhausted (3 of 3): smtp: 421 try again" {
+	if reason := queueytest.RequireDeadLettered(t, r); reason != "max attempts (3) exhausted after attempt 3: smtp: 421 try again" {
 		t.Errorf("reason %q", reason)
 	}
 }
@@ -146,7 +146,7 @@ func TestWorkerFatalPanicAndTimeout(t *testing.T) {
 	t.Parallel()
 	b := setup(t, &queuey.WorkerOptions{JobTimeout: 20 * time.Millisecond})
 	r := b.worker.Work(context.Background(), sendArgs{Mode: "bounce"}, nil)
-	if reason := queueytest.RequireDeadLettered(t, r); reason != "fatal: 550 no such user" || !errors.Is(r.Err, queuey.ErrJobFatal) {
+	if reason := queueytest.RequireDeadLettered(t, r); reason != "fatal error: 550 no such user" || !errors.Is(r.Err, queuey.ErrJobFatal) {
 		t.Errorf("fatal: %s", r)
 	}
 	r = b.worker.Work(context.Background(), sendArgs{Mode: "panic"}, nil)
@@ -174,8 +174,8 @@ func TestWorkerBodies(t *testing.T) {
 	if reason := queueytest.RequireDeadLettered(t, r); reason != queuey.ReasonMalformedEnvelope {
 		t.Errorf("malformed: %q", reason)
 	}
-	r = b.worker.WorkBody(context.Background(), "mail", []byte(`{"job_id":"1","job_type":"nobody","queue":"mail","attempt":1,"payload":{}}`))
-	if reason := queueytest.RequireDeadLettered(t, r); reason != queuey.ReasonUnknownJobType {
+	r = b.worker.WorkBody(context.Background(), "mail", []byte(`{"job_id":"0b9f2f1e-2c59-4d52-9a57-8d7c0f3c9b11","job_type":"nobody","queue":"mail","attempt":1,"enqueued_at_ms":1,"payload":{}}`))
+	if reason := queueytest.RequireDeadLettered(t, r); reason != queuey.ReasonUnknownJobType+" `nobody`" {
 		t.Errorf("unknown: %q", reason)
 	}
 }

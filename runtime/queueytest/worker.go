@@ -29,6 +29,7 @@ import (
 
 	queuey "github.com/queuey/terraform-provider-queuey/runtime"
 	"github.com/queuey/terraform-provider-queuey/runtime/internal/jobutil"
+	"github.com/queuey/terraform-provider-queuey/runtime/topology"
 )
 
 // Worker runs one queuey.Worker as a worker pool would, without a broker.
@@ -74,9 +75,14 @@ type JobOptions struct {
 	ID string
 	// Priority is the AMQP priority of the delivery. Defaults to 0.
 	Priority uint8
+	// Prefix is the prefix of the queue set the job's queue belongs to. With
+	// it the handler sees in JobContext.Queue the broker name a worker pool
+	// gives it, Prefix + "." + the logical name. Defaults to none: the
+	// handler sees the logical name. Queue, when set, wins.
+	Prefix string
 	// Queue is the broker name of the work queue the job came from, as the
 	// handler sees it in JobContext.Queue. Defaults to the logical name the
-	// job's args return from Queue.
+	// job's args return from Queue, joined to Prefix when that is set.
 	Queue string
 }
 
@@ -140,6 +146,9 @@ func (w *Worker[T]) Work(ctx context.Context, args T, opts *JobOptions) *Result 
 	}
 	if o.Queue == "" {
 		o.Queue = args.Queue()
+		if o.Prefix != "" {
+			o.Queue = topology.WorkName(o.Prefix, o.Queue)
+		}
 	}
 	env := queuey.Envelope{
 		JobID:         o.ID,
