@@ -14,6 +14,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/queuey/terraform-provider-queuey/internal/brokertest"
 	queuey "github.com/queuey/terraform-provider-queuey/runtime"
 	"github.com/queuey/terraform-provider-queuey/runtime/topology"
 )
@@ -399,7 +400,7 @@ func TestIntegrationJobLogsCarryTheJobsIdentity(t *testing.T) {
 // bare `Exception (501) Reason: "EOF"`.
 func TestIntegrationAMQPURLAtTheManagementPortSaysSo(t *testing.T) {
 	t.Parallel()
-	mgmt := strings.TrimPrefix(wkEnvOr("QUEUEY_ENDPOINT", "http://127.0.0.1:15672"), "http://")
+	mgmt := strings.TrimPrefix(brokertest.FromEnv().Endpoint, "http://")
 	_, err := queuey.NewUndeclaredProducer(context.Background(), "amqp://guest:guest@"+strings.TrimSuffix(mgmt, "/")+"/", "", nil)
 	if err == nil || !strings.Contains(err.Error(), "management port") {
 		t.Errorf("amqp:// to the management port: %v; want it to say this looks like the management port", err)
