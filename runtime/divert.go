@@ -1,8 +1,10 @@
 package queuey
 
-// Diversion: how a producer keeps publishing to a work queue while a
-// migration deletes and redeclares it. topology.DivertName states the
-// protocol; the comment at the top of publish.go says how publishes use it.
+// Diversion, the producer's side: which queues a producer diverts, what it
+// last learnt about their divert queues, and how a try picks its routing
+// keys. The protocol, the probe and the late-confirm rule are
+// internal/divert's; the comment at the top of publish.go says how
+// publishes use them.
 
 import (
 	"context"
@@ -17,135 +19,111 @@ import (
 )
 
 // divertCache is what the producer last learnt about the divert queue of one
-// work queue of its set. Publishes read it with one atomic load; a probe
-// replaces the result, never modifies it.
+// work or dead-letter queue of its set. Publishes read it with one atomic
+// load; a probe replaces the result, never modifies it.
 type divertCache struct {
-	work      string // the work queue
-	migration string // topology.MigrationName(work)
-	divert    string // topology.DivertName(work)
-	last      atomic.Pointer[probeResult]
+	queue     string // the work or dead-letter queue
+	migration string // topology.MigrationName(queue)
+	divert    string // topology.DivertName(queue)
+	last      atomic.Pointer[divert.Result]
 }
 
-func newDivertCache(work string) *divertCache {
-	return &divertCache{work: work, migration: topology.MigrationName(work), divert: topology.DivertName(work)}
-}
-
-// probeResult is the outcome of one probe of a divert queue.
-type probeResult struct {
-	// sentAt is when the probe was sent, with its monotonic reading: the
-	// result is trusted for divert.Recheck from then, not from
-	// when the broker answered.
-	sentAt   time.Time
-	diverted bool
-}
-
-// fresh reports whether r may still be reused, by a publish that did not
-// wait for its probe.
-func (r *probeResult) fresh() bool {
-	return r != nil && time.Since(r.sentAt) < divert.Recheck
-}
-
-// usable reports whether a publish may still be sent by r: a probe answered
-// later than DivertRecheck (a busy broker) is not probed again at once.
-func (r *probeResult) usable() bool {
-	return r != nil && time.Since(r.sentAt) < divert.Usable
+func newDivertCache(queue string) *divertCache {
+	return &divertCache{queue: queue, migration: topology.MigrationName(queue), divert: topology.DivertName(queue)}
 }
 
 // maxProbeRounds bounds how often a publish probes again because the result
-// it got was already older than DivertUsable when it read it. Only a broker
+// it got was already older than divert.Usable when it read it. Only a broker
 // that takes that long to confirm an empty transient message gets there.
 const maxProbeRounds = 3
 
-// route sets out[i].rk, the routing key of this try, for every i in pending,
-// probing divert queues on pc as needed. It returns the messages to send now
-// (every result they were routed by still fresh), and, of the others, the
-// ones worth another try: those whose probe was lost with its channel twice.
-// It sets errs[i] for every message it does not return in send.
-func (p *Producer) route(ctx context.Context, pc *pubChannel, out []outgoing, pending []int, errs []error) (send, retry []int) {
-	send = pending
+// route sets d.rk, the routing key of this try, for every delivery of send,
+// probing divert queues on c as needed, and returns the ones to send now:
+// every result they were routed by is still usable. It judges the others:
+// a probe lost with its channel twice sends the job again on the next try,
+// any other failure fails it.
+func (p *Producer) route(ctx context.Context, c confirmer, send []*delivery) []*delivery {
 	for round := 1; ; round++ {
-		var (
-			oldest time.Time // of the results this round routed by
-			failed bool
-			// The last queue looked up, with its result: a chunk
-			// mostly holds messages of one queue.
-			c   *divertCache
-			r   *probeResult
-			err error
-		)
-		for _, i := range send {
-			o := &out[i]
-			if o.divert == nil {
-				o.rk = o.key
-				continue
-			}
-			if o.divert != c {
-				c = o.divert
-				r, err = p.divertResult(ctx, pc, c)
-			}
-			if err != nil {
-				o.rk, errs[i], failed = "", err, true
-				if lostWithConnection(err) && ctx.Err() == nil {
-					retry = append(retry, i)
-				}
-				continue
-			}
-			o.rk, o.probed = o.key, r.sentAt
-			if r.diverted {
-				o.rk = c.migration
-			}
-			if oldest.IsZero() || r.sentAt.Before(oldest) {
-				oldest = r.sentAt
-			}
-		}
-		if failed {
-			kept := make([]int, 0, len(send))
-			for _, i := range send {
-				if out[i].divert == nil || out[i].rk != "" {
-					kept = append(kept, i)
-				}
-			}
-			send = kept
-		}
+		var oldest time.Time // of the results this round routed by
+		send, oldest = p.routeOnce(ctx, c, send)
 		// Probing one queue of a chunk can outlast another's result.
 		if oldest.IsZero() || time.Since(oldest) < divert.Usable {
-			return send, retry
+			return send
 		}
 		if round == maxProbeRounds {
-			for _, i := range send {
-				if o := &out[i]; o.divert != nil {
-					errs[i] = fmt.Errorf("queuey: publish to %q: the probes of the divert queues of this batch took longer than %v together, and a publish may not go on an older result", o.key, divert.Usable)
-				}
-			}
 			kept := send[:0:0]
-			for _, i := range send {
-				if out[i].divert == nil {
-					kept = append(kept, i)
+			for _, d := range send {
+				if d.divert == nil {
+					kept = append(kept, d)
+					continue
 				}
+				d.fail(fmt.Errorf("queuey: publish to %q: the probes of the divert queues of this batch took longer than %v together, and a publish may not go on an older result", d.key, divert.Usable))
 			}
-			return kept, retry
+			return kept
 		}
 	}
 }
 
-// divertResult returns a result for c's divert queue to send a publish by:
+// routeOnce is one round of route: it returns the deliveries it routed,
+// and the sending of the oldest result it routed them by.
+func (p *Producer) routeOnce(ctx context.Context, c confirmer, send []*delivery) (routed []*delivery, oldest time.Time) {
+	var (
+		// The last queue looked up, with its result: a chunk mostly
+		// holds messages of one queue.
+		dc  *divertCache
+		r   *divert.Result
+		err error
+	)
+	routed = send[:0:0]
+	for _, d := range send {
+		if d.divert == nil {
+			d.rk = d.key
+			routed = append(routed, d)
+			continue
+		}
+		if d.divert != dc {
+			dc = d.divert
+			r, err = p.divertResult(ctx, c, dc)
+		}
+		if err != nil {
+			d.rk = ""
+			if lostWithConnection(err) {
+				d.resend(ctx, err)
+			} else {
+				d.fail(err)
+			}
+			continue
+		}
+		d.rk, d.probed = d.key, r.SentAt
+		if r.Diverted {
+			d.rk = dc.migration
+		}
+		if oldest.IsZero() || r.SentAt.Before(oldest) {
+			oldest = r.SentAt
+		}
+		routed = append(routed, d)
+	}
+	return routed, oldest
+}
+
+// divertResult returns a result for dc's divert queue to send a publish by:
 // the cached one while it is fresh, else one of a probe this publish waited
-// for (its own, on pc, or a concurrent publish's to the same queue: they
+// for (its own, on c, or a concurrent publish's to the same queue: they
 // share one), as long as it is usable. A publish that gets a result too late
 // to use probes again.
-func (p *Producer) divertResult(ctx context.Context, pc *pubChannel, c *divertCache) (*probeResult, error) {
+func (p *Producer) divertResult(ctx context.Context, c confirmer, dc *divertCache) (*divert.Result, error) {
 	for round := 0; ; round++ {
-		if r := c.last.Load(); r.fresh() || (round > 0 && r.usable()) {
+		if r := dc.last.Load(); r.Fresh(time.Now()) || (round > 0 && r.Usable(time.Now())) {
 			return r, nil
 		}
 		if round == maxProbeRounds {
-			return nil, fmt.Errorf("queuey: publish to %q: %d probes of its divert queue %q were answered more than %v after they were sent, too late to trust: is the broker overloaded?", c.work, maxProbeRounds, c.divert, divert.Usable)
+			return nil, fmt.Errorf("queuey: publish to %q: %d probes of its divert queue %q were answered more than %v after they were sent, too late to trust: is the broker overloaded?", dc.queue, maxProbeRounds, dc.divert, divert.Usable)
 		}
-		err := p.probes.do(ctx, c.work, func(ctx context.Context) error { return p.probe(ctx, pc, c) })
+		err := p.probes.do(ctx, dc.queue, func(ctx context.Context) error { return p.probe(ctx, c, dc) })
 		if err != nil && err == ctx.Err() {
 			// This publish's own context ended while it waited for
 			// another's probe.
-			return nil, fmt.Errorf("queuey: publish to %q: waiting for a probe of its divert queue %q: %w", c.work, c.divert, err)
+			return nil, fmt.Errorf("queuey: publish to %q: waiting for a probe of its divert queue %q: %w", dc.queue, dc.divert, err)
 		}
 		if err != nil {
 			return nil, err
@@ -153,71 +131,53 @@ func (p *Producer) divertResult(ctx context.Context, pc *pubChannel, c *divertCa
 	}
 }
 
-// probe learns whether c's divert queue exists, on pc, and stores the result
-// in c. A probe lost with its channel or connection is sent once more, on a
-// channel opened once the connection is back.
-func (p *Producer) probe(ctx context.Context, pc *pubChannel, c *divertCache) error {
+// probe learns whether dc's divert queue exists, on c (divert.Probe), and
+// stores the result in dc. The probe runs on the channel the publish holds,
+// once it is open, right before the messages go out on it: a result is not
+// spent waiting for a free channel or a connection, and a publish never
+// holds one channel while it waits for another, which with one channel in
+// the pool would deadlock. A probe lost with its channel or connection is
+// sent once more, on a channel opened once the connection is back.
+func (p *Producer) probe(ctx context.Context, c confirmer, dc *divertCache) error {
 	for try := 0; ; try++ {
-		err := p.open(ctx, pc)
-		var r *probeResult
+		err := c.open(ctx)
+		var r divert.Result
 		if err == nil {
-			r, err = p.probeOnce(ctx, pc, c.divert)
+			r, err = divert.Probe(ctx, probeSender{c: c, sent: &p.probesSent}, dc.divert)
 		}
 		if err == nil {
-			c.last.Store(r)
+			dc.last.Store(&r)
 			return nil
 		}
 		if try == 0 && lostWithConnection(err) && ctx.Err() == nil {
 			continue
 		}
-		return fmt.Errorf("queuey: publish to %q: probe for its divert queue %q: %w", c.work, c.divert, err)
+		return fmt.Errorf("queuey: publish to %q: probe for its divert queue %q: %w", dc.queue, dc.divert, err)
 	}
 }
 
-// probeOnce publishes an empty, transient, mandatory message to the divert
-// queue divert on pc, an open channel that carries nothing else meanwhile,
-// and reads the answer: a basic.return with the ack means the queue does not
-// exist; a basic.nack that it does (it refuses every message). An ack
-// without a return means the message reached a queue, which only a divert
-// queue being deleted meanwhile does: that counts as diverted, since the
-// migration queue outlives the divert queue by DivertGrace.
-func (p *Producer) probeOnce(ctx context.Context, pc *pubChannel, divert string) (*probeResult, error) {
-	sentAt := time.Now()
-	dc, err := pc.ch.PublishWithDeferredConfirmWithContext(ctx, "", divert, true, false, amqp.Publishing{})
-	if err != nil {
-		return nil, err
+// probeSender sends divert probes through a confirmer, counting them in
+// sent: an empty, transient, mandatory message to the divert queue's name.
+type probeSender struct {
+	c    confirmer
+	sent *atomic.Int64
+}
+
+func (s probeSender) SendProbe(ctx context.Context, queue string) (divert.Answer, error) {
+	f := s.c.publish(ctx, []outbound{{rk: queue}})[0]
+	if f.kind != notSent {
+		s.sent.Add(1)
 	}
-	p.probesSent.Add(1)
-	acked, err := dc.WaitContext(ctx)
-	if p.hooks.probed != nil {
-		p.hooks.probed()
-	}
-	switch {
-	case err != nil:
-		// Its confirm, still due, would be mistaken for the next
-		// publisher's: throw the channel away.
-		pc.discard()
-		return nil, err
-	case !acked && pc.ch.IsClosed():
-		// amqp091-go settles the confirms of a closed channel as nacks.
-		return nil, amqp.ErrClosed
-	case !acked:
-		return &probeResult{sentAt: sentAt, diverted: true}, nil
-	}
-	// As in sendOn: the return, if any, was handed to pc.returns before
-	// the ack.
-	returned := false
-	for {
-		select {
-		case r, ok := <-pc.returns:
-			if ok && r.RoutingKey == divert {
-				returned = true
-			}
-			if ok {
-				continue
-			}
-		default:
-		}
-		return &probeResult{sentAt: sentAt, diverted: !returned}, nil
+	switch f.kind {
+	case returned:
+		return divert.Returned, nil
+	case nacked:
+		return divert.Refused, nil
+	case acked:
+		return divert.Taken, nil
+	case lost:
+		return 0, amqp.ErrClosed
+	default:
+		return 0, f.err
 	}
 }

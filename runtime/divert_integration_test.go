@@ -37,8 +37,14 @@ type divertBundle struct {
 
 func setupDivert(t *testing.T, opts *ProducerOptions) *divertBundle {
 	t.Helper()
+	return setupStalledDivert(t, opts, &stalls{})
+}
+
+// setupStalledDivert is setupDivert with a producer stalled by st.
+func setupStalledDivert(t *testing.T, opts *ProducerOptions, st *stalls) *divertBundle {
+	t.Helper()
 	b := newTestBroker(t)
-	p := newTestProducer(t, b, []QueueConfig{{Name: "jobs", MaxPriority: NoPriority}, {Name: "other", MaxPriority: NoPriority}}, opts)
+	p := newStalledProducer(t, b, []QueueConfig{{Name: "jobs", MaxPriority: NoPriority}, {Name: "other", MaxPriority: NoPriority}}, opts, st)
 	work := b.name("jobs")
 	return &divertBundle{b: b, p: p, ch: b.channel(), work: work, migration: topology.MigrationName(work), divert: topology.DivertName(work), other: b.name("other")}
 }
@@ -203,9 +209,12 @@ func TestIntegrationDivertedErrorNamesBothQueues(t *testing.T) {
 	}
 }
 
-// Hold queues and dead-letter queues are never migrated: publishes to them
-// go where they always went, without a probe.
-func TestIntegrationHeldAndDeadLetterPublishesAreNotProbed(t *testing.T) {
+// Hold queues are the producer's own and never migrated: held publishes go
+// where they always went, without a probe. Dead-letter queues are migrated
+// when their arguments drifted: dead letters follow the protocol like jobs
+// (until this changed, they were not probed either, and raced the dead
+// queue's deletion).
+func TestIntegrationHeldPublishesAreNotProbedAndDeadLettersAre(t *testing.T) {
 	t.Parallel()
 	e := setupDivert(t, &ProducerOptions{DelayGranularity: 100 * time.Millisecond, DeferGranularity: 100 * time.Millisecond})
 	ctx := testCtx(t)
@@ -217,20 +226,31 @@ func TestIntegrationHeldAndDeadLetterPublishesAreNotProbed(t *testing.T) {
 	if _, err := e.p.Defer(ctx, "jobs", "k", 2, 100*time.Millisecond, nil); err != nil {
 		t.Fatalf("Defer while diverted: %v", err)
 	}
+	if got := e.p.probesSent.Load(); got != 0 {
+		t.Errorf("held publishes sent %d probes, want 0", got)
+	}
 	dead := topology.DeadName(e.work)
 	if err := e.p.publishRaw(ctx, dead, amqp.Publishing{MessageId: "dead-1", Body: []byte("{}")}); err != nil {
-		t.Fatalf("dead letter while diverted: %v", err)
+		t.Fatalf("dead letter while the work queue is diverted: %v", err)
 	}
-	if got := e.p.probesSent.Load(); got != 0 {
-		t.Errorf("held and dead-letter publishes sent %d probes, want 0", got)
+	if got := e.p.probesSent.Load(); got != 1 {
+		t.Errorf("a dead letter sent %d probes, want 1, of its own queue's divert queue", got)
+	}
+	// The dead-letter queue's own migration diverts its dead letters.
+	deadMigration := topology.MigrationName(dead)
+	e.b.declare(deadMigration, true, topology.MigrationArgs())
+	e.b.declare(topology.DivertName(dead), topology.DivertDurable, topology.DivertArgs())
+	time.Sleep(divert.Recheck + 50*time.Millisecond)
+	if err := e.p.publishRaw(ctx, dead, amqp.Publishing{MessageId: "dead-2", Body: []byte("{}")}); err != nil {
+		t.Fatalf("dead letter while its queue is diverted: %v", err)
 	}
 	// The hold queue returns both jobs to the work queue by name; the
 	// broker does that, and no producer diverts it.
 	eventually(t, 10*time.Second, 20*time.Millisecond, "the held jobs never left their hold queue", func() bool {
 		return e.b.count(e.ch, e.work) == 2
 	})
-	if got := e.counts(t, e.migration, dead); got[0] != 0 || got[1] != 1 {
-		t.Errorf("migration, dead-letter queue hold %v, want [0 1]", got)
+	if got := e.counts(t, e.migration, dead, deadMigration); got[0] != 0 || got[1] != 1 || got[2] != 1 {
+		t.Errorf("migration, dead-letter, dead-letter migration queue hold %v, want [0 1 1]", got)
 	}
 }
 
@@ -294,23 +314,24 @@ func TestIntegrationDivertWithOneChannel(t *testing.T) {
 // A job confirmed DivertGrace or more after the probe it was routed by was
 // sent may have reached the work queue while a migration deleted it (the
 // broker confirms such a job and drops it): it is sent again, routed anew.
-// Here every job of a batch is written, then the producer stalls past
-// DivertGrace before it reads the confirms, as a long write, a GC pause or
-// the broker's flow control would make it. Every job of the batch was routed
+// Here the producer stalls past divert.Grace between routing the jobs of a
+// batch and writing them, as a long write, a GC pause or the broker's flow
+// control would make it. Every job of the batch was routed
 // by a probe ("other" too, never diverted), and every one is sent again.
 func TestIntegrationJobConfirmedAGraceAfterItsProbeIsSentAgain(t *testing.T) {
 	t.Parallel()
 	for _, diverted := range []bool{false, true} {
 		t.Run(fmt.Sprintf("diverted=%v", diverted), func(t *testing.T) {
 			t.Parallel()
-			e := setupDivert(t, nil)
+			st := &stalls{}
+			e := setupStalledDivert(t, nil, st)
 			ctx := testCtx(t)
 			if diverted {
 				e.startMigration(true)
 			}
-			var stalls atomic.Int32
-			e.p.hooks.sent = func() {
-				if stalls.Add(1) == 1 {
+			var stalled atomic.Int32
+			st.beforeSend = func() {
+				if stalled.Add(1) == 1 {
 					time.Sleep(divert.Grace + 100*time.Millisecond)
 				}
 			}
@@ -351,9 +372,10 @@ func TestIntegrationJobConfirmedAGraceAfterItsProbeIsSentAgain(t *testing.T) {
 // says it may or may not have been, and each try's copy is in the queue.
 func TestIntegrationJobConfirmedLateOnEveryTryFailsSayingItMayBeEnqueued(t *testing.T) {
 	t.Parallel()
-	e := setupDivert(t, nil)
+	st := &stalls{}
+	e := setupStalledDivert(t, nil, st)
 	ctx := testCtx(t)
-	e.p.hooks.sent = func() { time.Sleep(divert.Grace + 50*time.Millisecond) }
+	st.beforeSend = func() { time.Sleep(divert.Grace + 50*time.Millisecond) }
 	_, err := e.p.Enqueue(ctx, "jobs", "k", 1, nil)
 	if err == nil || !strings.Contains(err.Error(), "may or may not have been enqueued") || !strings.Contains(err.Error(), e.work) {
 		t.Fatalf("Enqueue confirmed late every time = %v, want an error saying the job may or may not have been enqueued into %s", err, e.work)
@@ -376,9 +398,10 @@ func TestIntegrationPublishesGoOnWhileProbesAreAnsweredLate(t *testing.T) {
 	}{{300 * time.Millisecond, true}, {divert.Usable + 100*time.Millisecond, false}} {
 		t.Run(tc.delay.String(), func(t *testing.T) {
 			t.Parallel()
-			e := setupDivert(t, nil)
+			st := &stalls{}
+			e := setupStalledDivert(t, nil, st)
 			ctx := testCtx(t)
-			e.p.hooks.probed = func() { time.Sleep(tc.delay) }
+			st.afterProbe = func() { time.Sleep(tc.delay) }
 			const n = 3
 			for i := range n {
 				_, err := e.p.Enqueue(ctx, "jobs", "k", i, nil)
@@ -405,19 +428,20 @@ func TestIntegrationPublishesGoOnWhileProbesAreAnsweredLate(t *testing.T) {
 
 // The grace counts from the probe's sending, not from the job's: a job
 // routed by a probe answered 450 ms after it was sent, and then stalled
-// 700 ms between its write and its confirm, was confirmed 700 ms after it
-// was written but more than DivertGrace after its probe, and is sent again.
+// 700 ms before its write, was confirmed moments after it was written but
+// more than divert.Grace after its probe, and is sent again.
 func TestIntegrationJobLateCountsFromItsProbeNotItsWrite(t *testing.T) {
 	t.Parallel()
-	e := setupDivert(t, nil)
+	st := &stalls{}
+	e := setupStalledDivert(t, nil, st)
 	ctx := testCtx(t)
 	var probes, writes atomic.Int32
-	e.p.hooks.probed = func() {
+	st.afterProbe = func() {
 		if probes.Add(1) == 1 {
 			time.Sleep(450 * time.Millisecond)
 		}
 	}
-	e.p.hooks.sent = func() {
+	st.beforeSend = func() {
 		if writes.Add(1) == 1 {
 			time.Sleep(700 * time.Millisecond)
 		}
@@ -442,10 +466,11 @@ func TestIntegrationJobLateCountsFromItsProbeNotItsWrite(t *testing.T) {
 // been enqueued, and it was.
 func TestIntegrationFailureAfterALateConfirmSaysTheJobMayBeEnqueued(t *testing.T) {
 	t.Parallel()
-	e := setupDivert(t, nil)
+	st := &stalls{}
+	e := setupStalledDivert(t, nil, st)
 	ctx := testCtx(t)
 	var writes atomic.Int32
-	e.p.hooks.sent = func() {
+	st.beforeSend = func() {
 		if writes.Add(1) == 1 {
 			time.Sleep(divert.Grace + 100*time.Millisecond)
 			e.b.declare(e.migration, true, topology.DivertArgs()) // refuses every message

@@ -21,7 +21,7 @@ func TestUnroutableRetryDefaults(t *testing.T) {
 func TestProducerRetriesUnroutableOnlyForItsSet(t *testing.T) {
 	t.Parallel()
 	set := QueueSet{Prefix: "p", Queues: []QueueConfig{{Name: "a"}}}
-	p := newProducer(nil, false, &set, "p", nil)
+	p := newProducer(nil, &set, "p", nil, nil)
 	for name, want := range map[string]bool{"p.a": true, "p.a.dead": true, "p.b": false, "p.b.dead": false, "p.a.deferred.1000": false, "p.a.migrating": false} {
 		if got := p.declared(name); got != want {
 			t.Errorf("declared(%q) = %v, want %v", name, got, want)

@@ -33,34 +33,35 @@ import (
 // once the queue is declared again. The producer checks for the divert queue
 // with one small publish per queue at most every 250 ms
 // (divert.Recheck), and only while it publishes to that queue.
-// Delayed and deferred jobs are not diverted: they wait in hold queues, which
-// are never migrated. An undeclared producer does not check, not knowing
-// which queues are work queues: a job it publishes at the moment a migration
-// deletes the queue is confirmed by the broker and lost.
+// The same holds for the dead-letter queues of the set, which a migration
+// replaces when their arguments drifted: a worker's dead letters are
+// diverted like jobs. Delayed and deferred jobs are not diverted: they wait
+// in hold queues, which are the producer's own and never migrated. An
+// undeclared producer does not check, not knowing which queues belong to a
+// set: a job it publishes at the moment a migration deletes the queue is
+// confirmed by the broker and lost.
 type Producer struct {
-	conn    *conn
-	ownConn bool
-	opts    ProducerOptions
-	prefix  string
+	conn   *conn
+	opts   ProducerOptions
+	prefix string
 	// queues are the work queues of the set by broker name; nil for an
 	// undeclared producer.
 	queues map[string]topology.Queue
 
-	pool chan *pubChannel
+	// pool holds the confirmers, one per publishing channel
+	// (ProducerOptions.Channels), each used by one try at a time.
+	pool chan confirmer
+	// holds declares hold queues (declchannel.go).
+	holds holdDeclarer
+	// declarations is holds when a test did not replace it; closed by
+	// Close.
+	declarations *holdDeclarations
 
-	// decls are the declaration channels, each used by one declaration
-	// at a time; as many as publishing channels, so that held publishes to
-	// distinct hold queues declare in parallel rather than queue up
-	// behind one channel.
-	decls chan *declChannel
-
-	flights flights // hold-queue declarations in progress
-
-	// diverts are the divert caches of the work queues of the set, by
-	// broker name; nil for an undeclared producer. See divert.go.
+	// diverts are the divert caches of the work and dead-letter queues of
+	// the set, by broker name; nil for an undeclared producer. See
+	// divert.go.
 	diverts map[string]*divertCache
-	// probes are the probes of divert queues in progress, by work queue:
-	// not flights, whose keys are hold-queue names.
+	// probes are the probes of divert queues in progress, by queue.
 	probes flights
 	// probesSent counts the probes sent; read by tests.
 	probesSent atomic.Int64
@@ -70,10 +71,8 @@ type Producer struct {
 	// (see publishHeld); read by tests.
 	heldRenewals, heldResends atomic.Int64
 	// lateConfirms counts the jobs routed by a probe and confirmed
-	// DivertGrace or more after it (see confirmedLate).
+	// divert.Grace or more after it (see judge); read by tests.
 	lateConfirms atomic.Int64
-	// hooks are set by tests only, before the producer publishes.
-	hooks producerHooks
 
 	mu       sync.RWMutex
 	closed   bool
@@ -97,6 +96,11 @@ type Producer struct {
 // ctx is checked before dialling; the dial itself is bounded by the URI's
 // connection_timeout (30 s unless set).
 func NewProducer(ctx context.Context, url string, set QueueSet, opts *ProducerOptions) (*Producer, error) {
+	return dialProducer(ctx, url, set, opts, nil)
+}
+
+// dialProducer is NewProducer, with s for tests (see seams).
+func dialProducer(ctx context.Context, url string, set QueueSet, opts *ProducerOptions, s *seams) (*Producer, error) {
 	if err := set.Validate(); err != nil {
 		return nil, err
 	}
@@ -108,7 +112,7 @@ func NewProducer(ctx context.Context, url string, set QueueSet, opts *ProducerOp
 	if err != nil {
 		return nil, err
 	}
-	return newProducer(c, true, &set, set.Prefix, &o), nil
+	return newProducer(c, &set, set.Prefix, &o, s), nil
 }
 
 // NewProducerFromConnection is NewProducer over a connection the caller
@@ -127,7 +131,7 @@ func NewProducerFromConnection(ctx context.Context, ac *amqp.Connection, set Que
 	if err != nil {
 		return nil, err
 	}
-	return newProducer(c, true, &set, set.Prefix, &o), nil
+	return newProducer(c, &set, set.Prefix, &o, nil), nil
 }
 
 // NewUndeclaredProducer connects to the broker at url and returns a producer
@@ -154,56 +158,59 @@ func NewUndeclaredProducer(ctx context.Context, url, prefix string, opts *Produc
 	if err != nil {
 		return nil, err
 	}
-	return newProducer(c, true, nil, prefix, &o), nil
+	return newProducer(c, nil, prefix, &o, nil), nil
 }
 
-// newProducer builds a producer over c; see the comment at the top of
-// publish.go. It does no I/O: channels are opened on first use.
-func newProducer(c *conn, ownConn bool, set *QueueSet, prefix string, opts *ProducerOptions) *Producer {
+// seams let a test put its own confirmers and hold declarations under the
+// delivery loop: a fake, or a wrapper that stalls the real one where the
+// broker's timing matters. Production passes none.
+type seams struct {
+	// confirmer, when set, returns the confirmer of each publishing
+	// channel, given the real one.
+	confirmer func(confirmer) confirmer
+	// holds, when set, returns the hold declarer, given the real one.
+	holds func(holdDeclarer) holdDeclarer
+}
+
+// newProducer builds a producer over c, which Close closes; set nil means
+// undeclared. It declares nothing itself: the conn's onConnect (declareSet,
+// declare.go) does. It does no I/O: channels are opened on first use.
+func newProducer(c *conn, set *QueueSet, prefix string, opts *ProducerOptions, s *seams) *Producer {
 	o := opts.resolved()
 	p := &Producer{
 		conn:    c,
-		ownConn: ownConn,
 		opts:    o,
 		prefix:  prefix,
-		pool:    make(chan *pubChannel, o.Channels),
-		decls:   make(chan *declChannel, o.Channels),
+		pool:    make(chan confirmer, o.Channels),
 		closing: make(chan struct{}),
 	}
+	if s == nil {
+		s = &seams{}
+	}
+	p.declarations = newHoldDeclarations(c, p.closing, o.Channels)
+	p.holds = p.declarations
+	if s.holds != nil {
+		p.holds = s.holds(p.declarations)
+	}
 	for range o.Channels {
-		p.pool <- &pubChannel{}
-		p.decls <- &declChannel{}
+		var cf confirmer = newChannelConfirmer(c, p.closing)
+		if s.confirmer != nil {
+			cf = s.confirmer(cf)
+		}
+		p.pool <- cf
 	}
 	if set != nil {
 		p.queues = make(map[string]topology.Queue, len(set.Queues))
-		p.diverts = make(map[string]*divertCache, len(set.Queues))
+		p.diverts = make(map[string]*divertCache, 2*len(set.Queues))
 		for _, q := range set.Queues {
 			work := set.WorkQueue(q.Name)
 			p.queues[work] = q.topology()
 			p.diverts[work] = newDivertCache(work)
+			dead := topology.DeadName(work)
+			p.diverts[dead] = newDivertCache(dead)
 		}
 	}
 	return p
-}
-
-// producerHooks let tests stall a publish at points where the broker's
-// timing matters. Each runs, when set, in the publishing goroutine.
-type producerHooks struct {
-	// heldDeclared runs after a held publish's hold queue was declared,
-	// before the job is sent.
-	heldDeclared func()
-	// renewing runs before a hold queue is renewed after a held publish
-	// that took longer than its TTL.
-	renewing func()
-	// confirmed runs once sendOn has the confirm of the k-th message it
-	// waits for, before it waits for the next.
-	confirmed func(k int)
-	// sent runs once sendOn has written its messages, before it waits for
-	// their confirms.
-	sent func()
-	// probed runs once a probe of a divert queue has its confirm, before
-	// its result is read.
-	probed func()
 }
 
 func (o ProducerOptions) validate() error {
@@ -362,13 +369,17 @@ func (e *BatchError) Unwrap() []error {
 }
 
 // EnqueueBatch enqueues jobs like Enqueue, pipelined: up to 128 at a time go
-// out on one channel before the producer waits for their confirms, in order,
-// so jobs of one queue keep their order. It returns one id per job. If a job
+// out on one channel, in batch order, before the producer waits for their
+// confirms. Jobs of one queue usually arrive in batch order, but a job sent
+// again (its channel closed before its confirm, it was confirmed too late
+// after a divert probe, its queue was absent for a moment) arrives after
+// the ones sent after it, and jobs diverted during a migration come back
+// behind the queue's backlog. It returns one id per job. If a job
 // cannot be encoded, nothing is published. If the broker refuses some jobs,
 // the others are still enqueued and the error is a *BatchError saying which.
 func (p *Producer) EnqueueBatch(ctx context.Context, jobs []BatchJob) ([]string, error) {
 	ids := make([]string, len(jobs))
-	out := make([]outgoing, len(jobs))
+	out := make([]*delivery, len(jobs))
 	for i, j := range jobs {
 		if err := checkShortStrings(p.workName(j.Queue), j.JobType, j.Options); err != nil {
 			return nil, fmt.Errorf("queuey: batch job %d: %w", i, err)
@@ -382,21 +393,23 @@ func (p *Producer) EnqueueBatch(ctx context.Context, jobs []BatchJob) ([]string,
 			return nil, fmt.Errorf("queuey: batch job %d: %w", i, err)
 		}
 		ids[i] = env.JobID
-		out[i] = p.outgoingTo(env.Queue, msg)
+		out[i] = p.deliveryTo(env.Queue, msg)
 	}
 	if err := p.begin(); err != nil {
 		return nil, err
 	}
 	defer p.end()
-	errs := make([]error, len(jobs))
 	for start := 0; start < len(out); start += maxChunk {
-		end := min(start+maxChunk, len(out))
-		p.publishRetrying(ctx, out[start:end], errs[start:end])
+		p.deliver(ctx, out[start:min(start+maxChunk, len(out))])
 	}
-	for _, err := range errs {
-		if err != nil {
-			return ids, &BatchError{Errs: errs}
-		}
+	errs := make([]error, len(jobs))
+	failed := false
+	for i, d := range out {
+		errs[i] = d.err
+		failed = failed || d.err != nil
+	}
+	if failed {
+		return ids, &BatchError{Errs: errs}
 	}
 	return ids, nil
 }
@@ -419,16 +432,9 @@ func (p *Producer) Close() error {
 	for range cap(p.pool) {
 		(<-p.pool).discard()
 	}
-	for range cap(p.decls) {
-		if dc := <-p.decls; dc.ch != nil {
-			_ = dc.ch.Close()
-			dc.ch = nil
-		}
-	}
-	if p.ownConn {
-		if err := p.conn.close(); err != nil && !errors.Is(err, ErrClosed) {
-			return err
-		}
+	p.declarations.close()
+	if err := p.conn.close(); err != nil && !errors.Is(err, ErrClosed) {
+		return err
 	}
 	return nil
 }

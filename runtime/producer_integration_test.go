@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -186,12 +185,12 @@ func TestIntegrationHoldQueueIsRedeclaredBeforeEveryPublish(t *testing.T) {
 	})
 }
 
-// heldStall is a held publish stalled by the producer's test hooks: the
-// first declaration of its hold queue is followed by declaredStall before
-// the job is sent, and the first renewal is preceded by renewalStall. With
-// staleFlight, the first renewal finds a declaration of the hold queue in
-// flight that began an hour ago, and ends 10 ms later without having done
-// anything.
+// heldStall is a held publish stalled through the producer's seams (see
+// stalls): the first declaration of its hold queue is followed by
+// declaredStall before the job is sent, and the second, the renewal when
+// there is one, is preceded by renewalStall. With staleFlight, the renewal
+// shares a declaration of the hold queue that began an hour ago, and ends
+// 10 ms later without having done anything.
 type heldStall struct {
 	declaredStall, renewalStall time.Duration
 	staleFlight                 bool
@@ -204,36 +203,25 @@ type heldStall struct {
 func enqueueStalled(t *testing.T, stall heldStall) (*Producer, int) {
 	t.Helper()
 	b := newTestBroker(t)
-	p := newTestProducer(t, b, []QueueConfig{{Name: "jobs"}}, &ProducerOptions{DelayGranularity: 500 * time.Millisecond})
-	var declarations, renewals atomic.Int32
-	p.hooks.heldDeclared = func() {
-		if declarations.Add(1) == 1 {
+	st := &stalls{declare: func(n int, real func() (time.Time, error)) (time.Time, error) {
+		switch n {
+		case 1:
+			at, err := real()
 			time.Sleep(stall.declaredStall)
+			return at, err
+		case 2:
+			time.Sleep(stall.renewalStall)
+			if stall.staleFlight {
+				started := time.Now().Add(-time.Hour)
+				time.Sleep(10 * time.Millisecond)
+				return started, nil
+			}
 		}
-	}
+		return real()
+	}}
+	p := newStalledProducer(t, b, []QueueConfig{{Name: "jobs"}}, &ProducerOptions{DelayGranularity: 500 * time.Millisecond}, st)
 	work := b.name("jobs")
 	hold := work + ".deferred.500"
-	p.hooks.renewing = func() {
-		if renewals.Add(1) != 1 {
-			return
-		}
-		time.Sleep(stall.renewalStall)
-		if stall.staleFlight {
-			f := &flight{done: make(chan struct{}), started: time.Now().Add(-time.Hour)}
-			p.flights.mu.Lock()
-			if p.flights.m == nil {
-				p.flights.m = map[string]*flight{}
-			}
-			p.flights.m[hold] = f
-			p.flights.mu.Unlock()
-			time.AfterFunc(10*time.Millisecond, func() {
-				p.flights.mu.Lock()
-				delete(p.flights.m, hold)
-				p.flights.mu.Unlock()
-				close(f.done)
-			})
-		}
-	}
 	start := time.Now()
 	if _, err := p.EnqueueAfter(testCtx(t), "jobs", "t", 1, 500*time.Millisecond, nil); err != nil {
 		t.Fatalf("EnqueueAfter: %v", err)
@@ -698,11 +686,11 @@ func TestIntegrationEnqueueBatch(t *testing.T) {
 // others onto rest (logical names). It checks that every job reported
 // enqueued is in rest's broker queue, and that the others were given up
 // on, and returns job 0's error.
-func batchCutShort(t *testing.T, b *testBroker, p *Producer, first, rest string) error {
+func batchCutShort(t *testing.T, b *testBroker, p *Producer, st *stalls, first, rest string) error {
 	t.Helper()
 	ctx, cancel := context.WithCancel(testCtx(t))
 	defer cancel()
-	p.hooks.confirmed = func(k int) {
+	st.confirmed = func(k int) {
 		if k == 0 {
 			cancel()
 		}
@@ -753,8 +741,9 @@ func batchCutShort(t *testing.T, b *testBroker, p *Producer, first, rest string)
 func TestIntegrationBatchCutShortStillReadsTheReturnsOfConfirmedJobs(t *testing.T) {
 	t.Parallel()
 	b := newTestBroker(t)
-	p := newTestProducer(t, b, []QueueConfig{{Name: "jobs"}}, nil)
-	err := batchCutShort(t, b, p, "missing", "jobs")
+	st := &stalls{}
+	p := newStalledProducer(t, b, []QueueConfig{{Name: "jobs"}}, nil, st)
+	err := batchCutShort(t, b, p, st, "missing", "jobs")
 	if !errors.Is(err, ErrUnroutable) {
 		t.Errorf("job 0, onto a missing queue, = %v, want ErrUnroutable", err)
 	}
@@ -765,9 +754,10 @@ func TestIntegrationBatchCutShortStillReadsTheReturnsOfConfirmedJobs(t *testing.
 // ended.
 func TestIntegrationBatchCutShortStillReadsTheReturnsOfDivertedJobs(t *testing.T) {
 	t.Parallel()
-	e := setupDivert(t, &ProducerOptions{UnroutableRetry: -1})
+	st := &stalls{}
+	e := setupStalledDivert(t, &ProducerOptions{UnroutableRetry: -1}, st)
 	e.startMigration(false)
-	err := batchCutShort(t, e.b, e.p, "jobs", "other")
+	err := batchCutShort(t, e.b, e.p, st, "jobs", "other")
 	if !errors.Is(err, ErrUnroutable) || !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "diverted to") {
 		t.Errorf("job 0, diverted to a missing migration queue, = %v, want ErrUnroutable naming the diversion, and the cancellation", err)
 	}

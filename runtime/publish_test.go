@@ -255,7 +255,7 @@ func TestProducerResolvesQueueNames(t *testing.T) {
 		{Name: "emails"},
 		{Name: "reports", MaxPriority: NoPriority, NonDurable: true, MessageTTL: time.Minute},
 	}}
-	p := newProducer(nil, false, &set, set.Prefix, nil)
+	p := newProducer(nil, &set, set.Prefix, nil, nil)
 	if got := p.workName("emails"); got != "app.emails" {
 		t.Errorf("workName = %q", got)
 	}
@@ -274,7 +274,7 @@ func TestProducerResolvesQueueNames(t *testing.T) {
 		t.Error("queueConfig found a dead-letter queue")
 	}
 
-	undeclared := newProducer(nil, false, nil, "", nil)
+	undeclared := newProducer(nil, nil, "", nil, nil)
 	if got := undeclared.workName("other.queue"); got != "other.queue" {
 		t.Errorf("an undeclared producer without prefix named %q", got)
 	}
@@ -287,7 +287,7 @@ func TestDelaysOnUnknownQueuesFailBeforeAnyIO(t *testing.T) {
 	t.Parallel()
 	set := QueueSet{Prefix: "app", Queues: []QueueConfig{{Name: "emails"}}}
 	// No conn: anything that tried to publish would panic.
-	p := newProducer(nil, false, &set, set.Prefix, nil)
+	p := newProducer(nil, &set, set.Prefix, nil, nil)
 	_, err := p.EnqueueAfter(t.Context(), "other", "t", nil, time.Second, nil)
 	if !errors.Is(err, ErrUnknownQueue) {
 		t.Errorf("EnqueueAfter on an unknown queue = %v, want ErrUnknownQueue", err)
@@ -466,47 +466,6 @@ func TestFlightsRetryWhenTheLeadersContextEnded(t *testing.T) {
 	}
 }
 
-// Regression: a held publish sent again after its channel closed (a lost
-// connection) skipped the hold queue's declaration, though the queue may
-// have expired meanwhile. SPEC §2: declared immediately before every held
-// publish.
-func TestPublishTriesDeclareTheHoldQueueBeforeEveryTry(t *testing.T) {
-	t.Parallel()
-	var declares, tries int
-	out := []outgoing{
-		{key: "q.deferred.1000", declare: func(context.Context) error { declares++; return nil }},
-		{key: "q"},
-	}
-	errs := make([]error, len(out))
-	publishTries(t.Context(), out, errs, func(pending []int) []int {
-		tries++
-		if declares != tries {
-			t.Errorf("try %d after %d declarations", tries, declares)
-		}
-		for _, i := range pending {
-			errs[i] = amqp.ErrClosed
-		}
-		return pending // every channel closed before its confirm
-	})
-	if tries != maxPublishTries || declares != maxPublishTries {
-		t.Errorf("%d tries, %d declarations, want %d of each", tries, declares, maxPublishTries)
-	}
-
-	// A declaration that fails keeps its message from being sent, and only
-	// that message.
-	refused := errors.New("declare refused")
-	out[0].declare = func(context.Context) error { return refused }
-	errs = make([]error, len(out))
-	var sent []int
-	publishTries(t.Context(), out, errs, func(pending []int) []int {
-		sent = append(sent, pending...)
-		return nil
-	})
-	if !errors.Is(errs[0], refused) || errs[1] != nil || len(sent) != 1 || sent[0] != 1 {
-		t.Errorf("errs %v, sent %v", errs, sent)
-	}
-}
-
 // Regression: Close waited for the publishes in flight, and a publish whose
 // context has no deadline waits for a lost connection as long as the broker
 // is down, so Close hung with it.
@@ -514,7 +473,7 @@ func TestCloseDoesNotWaitForABrokerThatIsDown(t *testing.T) {
 	t.Parallel()
 	c := newConn(nil, nil)
 	c.redial = true // a conn between connections: channel waits for ready
-	p := newProducer(c, true, nil, "", nil)
+	p := newProducer(c, nil, "", nil, nil)
 	published := make(chan error, 1)
 	go func() {
 		_, err := p.Enqueue(context.Background(), "jobs", "t", nil, nil)
@@ -544,7 +503,7 @@ func TestCloseDoesNotWaitForABrokerThatIsDown(t *testing.T) {
 func TestPersistentUnlessTheQueueIsKnownTransient(t *testing.T) {
 	t.Parallel()
 	set := QueueSet{Prefix: "p", Queues: []QueueConfig{{Name: "durable"}, {Name: "transient", NonDurable: true}}}
-	p := newProducer(nil, false, &set, set.Prefix, nil)
+	p := newProducer(nil, &set, set.Prefix, nil, nil)
 	for queue, want := range map[string]bool{"p.durable": true, "p.transient": false, "elsewhere": true} {
 		if got := persistent(p.queueConfig(queue)); got != want {
 			t.Errorf("%s: persistent %v, want %v", queue, got, want)

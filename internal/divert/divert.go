@@ -17,8 +17,9 @@
 //
 // The protocol, with the constants below:
 //
-//   - A producer routes a publish by a probe that found no divert queue (to
-//     the queue) or found one (into the migration queue). It reuses a probe's
+//   - A producer routes a publish by a probe (see Probe and Answer) that
+//     found no divert queue (to the queue) or found one (into the migration
+//     queue). It reuses a probe's
 //     result for Recheck from the probe's sending, and sends on one at most
 //     Usable old; past that, it probes again first.
 //   - A publish counts as done only if its confirm arrived less than Grace
@@ -63,6 +64,62 @@ const (
 	// to be written and confirmed.
 	Grace = time.Second
 )
+
+// Answer is what the broker said to a probe: an empty, transient, mandatory
+// message published to a divert queue's name on a confirm-mode channel.
+type Answer uint8
+
+const (
+	// Returned: a basic.return, then the ack. No queue has the name: not
+	// diverted.
+	Returned Answer = iota
+	// Refused: a basic.nack. The divert queue exists (it refuses every
+	// message): diverted.
+	Refused
+	// Taken: an ack without a return. The probe reached a queue, which
+	// only a divert queue being deleted meanwhile does: counted as
+	// diverted, since the migration queue outlives the divert queue by
+	// Grace.
+	Taken
+)
+
+// Sender publishes a probe to the queue named queue and waits for the
+// broker's answer. It returns an error when there is none: the channel or
+// the connection was lost, or ctx ended first. The runtime's publishing
+// channels implement it; the probe needs nothing else of them.
+type Sender interface {
+	SendProbe(ctx context.Context, queue string) (Answer, error)
+}
+
+// Result is what one probe learnt about a divert queue.
+type Result struct {
+	// SentAt is when the probe was sent, with its monotonic reading: the
+	// result is reused for Recheck, and may route a publish for Usable,
+	// from then, not from when the broker answered; and the late-confirm
+	// rule counts from it (see Late).
+	SentAt   time.Time
+	Diverted bool
+}
+
+// Probe learns by one probe sent through s whether the divert queue named
+// divertQueue exists.
+func Probe(ctx context.Context, s Sender, divertQueue string) (Result, error) {
+	sentAt := time.Now()
+	a, err := s.SendProbe(ctx, divertQueue)
+	if err != nil {
+		return Result{}, err
+	}
+	return Result{SentAt: sentAt, Diverted: a != Returned}, nil
+}
+
+// Fresh reports whether r may be reused at now by a publish that did not
+// wait for its probe. A nil result is never fresh.
+func (r *Result) Fresh(now time.Time) bool { return r != nil && now.Sub(r.SentAt) < Recheck }
+
+// Usable reports whether a publish may still be sent at now by r, a result
+// it waited for: a probe answered later than Recheck (a busy broker) is not
+// probed again at once. A nil result is never usable.
+func (r *Result) Usable(now time.Time) bool { return r != nil && now.Sub(r.SentAt) < Usable }
 
 // Late reports whether a publish routed by a probe sent at probed and
 // confirmed at confirmed came too late to count as done: it may have reached

@@ -72,3 +72,67 @@ func TestRepublishingKeepsEveryProperty(t *testing.T) {
 		t.Fatalf("Republishing lost a property: %+v", p)
 	}
 }
+
+// sender answers every probe with answer, or fails with err.
+type sender struct {
+	answer divert.Answer
+	err    error
+	queues []string
+}
+
+func (s *sender) SendProbe(_ context.Context, queue string) (divert.Answer, error) {
+	s.queues = append(s.queues, queue)
+	return s.answer, s.err
+}
+
+// What each answer of the broker means, and when the result was taken.
+func TestProbeReadsTheAnswer(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		answer   divert.Answer
+		diverted bool
+	}{{divert.Returned, false}, {divert.Refused, true}, {divert.Taken, true}} {
+		s := &sender{answer: tc.answer}
+		before := time.Now()
+		r, err := divert.Probe(t.Context(), s, "q.migrating.divert")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Diverted != tc.diverted || r.SentAt.Before(before) || r.SentAt.After(time.Now()) {
+			t.Errorf("answer %d: %+v, want diverted %v, sent between %v and now", tc.answer, r, tc.diverted, before)
+		}
+		if len(s.queues) != 1 || s.queues[0] != "q.migrating.divert" {
+			t.Errorf("probes sent to %v, want one to q.migrating.divert", s.queues)
+		}
+	}
+	lost := &sender{err: amqp.ErrClosed}
+	if _, err := divert.Probe(t.Context(), lost, "q.migrating.divert"); !errors.Is(err, amqp.ErrClosed) {
+		t.Errorf("a probe without an answer = %v, want its error", err)
+	}
+}
+
+// A result is reused for Recheck and routes a publish for Usable, both from
+// the probe's sending.
+func TestResultIsFreshForRecheckAndUsableForUsable(t *testing.T) {
+	t.Parallel()
+	var none *divert.Result
+	now := time.Now()
+	if none.Fresh(now) || none.Usable(now) {
+		t.Error("no result is fresh or usable")
+	}
+	at := func(ago time.Duration) *divert.Result { return &divert.Result{SentAt: now.Add(-ago)} }
+	for _, tc := range []struct {
+		ago           time.Duration
+		fresh, usable bool
+	}{
+		{0, true, true},
+		{divert.Recheck - time.Millisecond, true, true},
+		{divert.Recheck, false, true},
+		{divert.Usable - time.Millisecond, false, true},
+		{divert.Usable, false, false},
+	} {
+		if r := at(tc.ago); r.Fresh(now) != tc.fresh || r.Usable(now) != tc.usable {
+			t.Errorf("a result %v old: fresh %v, usable %v; want %v, %v", tc.ago, r.Fresh(now), r.Usable(now), tc.fresh, tc.usable)
+		}
+	}
+}

@@ -1,0 +1,223 @@
+package queuey
+
+// The confirmer over a fake confirm-mode channel: how confirms, returns, a
+// closed channel and an ended context become fates.
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// fakeChannel answers each publish by answer(rk): ack, nack, return (the
+// return is handed to the listener before the ack, as amqp091-go does),
+// pending (never confirmed) or fail (the publish itself fails).
+type fakeChannel struct {
+	closed  bool
+	closes  int
+	returns chan amqp.Return
+	answer  func(rk string) string
+}
+
+type fakeConfirmation struct {
+	done  chan struct{}
+	acked bool
+}
+
+func (f *fakeConfirmation) WaitContext(ctx context.Context) (bool, error) {
+	select {
+	case <-f.done:
+		return f.acked, nil
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+}
+func (f *fakeConfirmation) Done() <-chan struct{} { return f.done }
+func (f *fakeConfirmation) Acked() bool           { return f.acked }
+
+var errPublishFailed = errors.New("publish failed")
+
+func (c *fakeChannel) publish(_ context.Context, rk string, msg amqp.Publishing) (confirmation, error) {
+	conf := &fakeConfirmation{done: make(chan struct{})}
+	switch c.answer(rk) {
+	case "fail":
+		return nil, errPublishFailed
+	case "pending":
+		return conf, nil
+	case "return":
+		c.returns <- amqp.Return{RoutingKey: rk, MessageId: msg.MessageId, ReplyCode: 312, ReplyText: "NO_ROUTE"}
+		conf.acked = true
+	case "ack":
+		conf.acked = true
+	case "closed":
+		c.closed = true
+	}
+	close(conf.done)
+	return conf, nil
+}
+func (c *fakeChannel) IsClosed() bool { return c.closed }
+func (c *fakeChannel) Close() error   { c.closes++; c.closed = true; return nil }
+
+// fakeChannelConfirmer is a channelConfirmer whose channels are fakes
+// answering by answer; it returns the channels it opened.
+func fakeChannelConfirmer(answer func(rk string) string) (*channelConfirmer, *[]*fakeChannel) {
+	var opened []*fakeChannel
+	return &channelConfirmer{dial: func(context.Context) (confirmChannel, <-chan amqp.Return, error) {
+		ch := &fakeChannel{returns: make(chan amqp.Return, maxChunk), answer: answer}
+		opened = append(opened, ch)
+		return ch, ch.returns, nil
+	}}, &opened
+}
+
+// byName answers a publish by its routing key, less a trailing digit.
+func byName(rk string) string { return strings.TrimRight(rk, "0123456789") }
+
+func kinds(fates []fate) []fateKind {
+	out := make([]fateKind, len(fates))
+	for i, f := range fates {
+		out[i] = f.kind
+	}
+	return out
+}
+
+func wantKinds(t *testing.T, fates []fate, want ...fateKind) {
+	t.Helper()
+	got := kinds(fates)
+	if len(got) != len(want) {
+		t.Fatalf("fates %v, want %v", got, want)
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			t.Errorf("fate %d: %d, want %d (all: %v)", i, got[i], want[i], got)
+		}
+	}
+}
+
+func group(rks ...string) []outbound {
+	out := make([]outbound, len(rks))
+	for i, rk := range rks {
+		out[i] = outbound{rk: rk, msg: amqp.Publishing{MessageId: rk + "-id"}}
+	}
+	return out
+}
+
+// Confirms and returns of one group, matched by MessageId: a return is
+// final though its ack came after it.
+func TestConfirmerReportsAckNackAndReturn(t *testing.T) {
+	t.Parallel()
+	c, _ := fakeChannelConfirmer(byName)
+	if err := c.open(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	fates := c.publish(t.Context(), group("ack", "return", "nack", "ack2"))
+	wantKinds(t, fates, acked, returned, nacked, acked)
+	if fates[0].at.IsZero() {
+		t.Error("an ack without its time")
+	}
+	if r := fates[1].ret; r.ReplyCode != 312 || r.ReplyText != "NO_ROUTE" {
+		t.Errorf("return %+v", r)
+	}
+
+	// One message: its return is its own, whatever its MessageId.
+	single := []outbound{{rk: "return"}}
+	wantKinds(t, c.publish(t.Context(), single), returned)
+}
+
+// A confirm settled by the channel's closing (amqp091-go makes it a nack)
+// is lost, not nacked; a publish that fails leaves it and the rest unsent;
+// on a channel thrown away nothing is sent.
+func TestConfirmerReportsLostAndNotSent(t *testing.T) {
+	t.Parallel()
+	c, opened := fakeChannelConfirmer(byName)
+	if err := c.open(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	wantKinds(t, c.publish(t.Context(), group("ack", "closed")), acked, lost)
+	if err := c.open(t.Context()); err != nil || len(*opened) != 2 || (*opened)[0].closes != 1 {
+		t.Fatalf("open after a closed channel: %v, %d opened; want the old one closed and a new one", err, len(*opened))
+	}
+	if err := c.open(t.Context()); err != nil || len(*opened) != 2 {
+		t.Errorf("open of a live channel: %v, %d opened; want it kept", err, len(*opened))
+	}
+
+	fates := c.publish(t.Context(), group("ack", "fail", "ack2"))
+	wantKinds(t, fates, acked, notSent, notSent)
+	if !errors.Is(fates[1].err, errPublishFailed) || !errors.Is(fates[2].err, errPublishFailed) {
+		t.Errorf("not sent for %v, %v; want the publish's error", fates[1].err, fates[2].err)
+	}
+
+	c.discard()
+	fates = c.publish(t.Context(), group("ack"))
+	wantKinds(t, fates, notSent)
+	if !errors.Is(fates[0].err, amqp.ErrClosed) {
+		t.Errorf("not sent on a discarded channel for %v, want ErrClosed", fates[0].err)
+	}
+}
+
+// The context ends while confirms are due: those that arrived still count,
+// returns included, the others are unconfirmed, and the channel is thrown
+// away, since their confirms would be mistaken for the next publisher's.
+func TestConfirmerGivesUpWhenTheContextEnds(t *testing.T) {
+	t.Parallel()
+	c, opened := fakeChannelConfirmer(byName)
+	if err := c.open(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	fates := c.publish(ctx, group("pending", "ack", "return", "pending2"))
+	// WaitContext may still read the ack that is ready when the context
+	// has ended; either way the pending ones are unconfirmed.
+	wantKinds(t, fates, unconfirmed, acked, returned, unconfirmed)
+	if !errors.Is(fates[0].err, context.Canceled) {
+		t.Errorf("unconfirmed for %v, want the cancellation", fates[0].err)
+	}
+	if c.ch != nil || (*opened)[0].closes != 1 {
+		t.Error("the channel was kept after the confirmer gave up on it")
+	}
+}
+
+// A channel that cannot be opened is the open's error.
+func TestConfirmerOpenFails(t *testing.T) {
+	t.Parallel()
+	c := &channelConfirmer{dial: func(context.Context) (confirmChannel, <-chan amqp.Return, error) { return nil, nil, ErrClosed }}
+	if err := c.open(t.Context()); !errors.Is(err, ErrClosed) {
+		t.Errorf("open = %v, want the dial's error", err)
+	}
+}
+
+// The probe goes through the confirmer: what each fate answers.
+func TestProbeSenderAnswers(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		f      fate
+		answer string
+		err    error
+		counts bool
+	}{
+		{fate{kind: returned}, "returned", nil, true},
+		{fate{kind: nacked}, "refused", nil, true},
+		{fate{kind: acked}, "taken", nil, true},
+		{fate{kind: lost}, "", amqp.ErrClosed, true},
+		{fate{kind: unconfirmed, err: context.Canceled}, "", context.Canceled, true},
+		{fate{kind: notSent, err: errChannelGone}, "", amqp.ErrClosed, false},
+	} {
+		fc := newFakeConfirmer()
+		fc.fate = func(int, outbound) fate { return tc.f }
+		var p Producer
+		a, err := probeSender{c: fc, sent: &p.probesSent}.SendProbe(t.Context(), "q.migrating.divert")
+		if tc.err != nil {
+			if !errors.Is(err, tc.err) {
+				t.Errorf("fate %d: %v, want %v", tc.f.kind, err, tc.err)
+			}
+		} else if err != nil || []string{"returned", "refused", "taken"}[a] != tc.answer {
+			t.Errorf("fate %d: answer %d, %v; want %s", tc.f.kind, a, err, tc.answer)
+		}
+		if got := p.probesSent.Load() == 1; got != tc.counts {
+			t.Errorf("fate %d: counted %v, want %v", tc.f.kind, got, tc.counts)
+		}
+	}
+}
