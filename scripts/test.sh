@@ -3,8 +3,10 @@
 # broker (build tag "integration"), Terraform acceptance tests (TF_ACC=1) with
 # the real Terraform binary, the fault suite (build tag "faults", against a
 # second broker node it starts and stops itself) and every fuzz target for
-# FUZZTIME (default 60s), plus the static checks CI holds us to and the unit
-# tests under the race detector.
+# FUZZTIME (default 60s), plus the static checks CI holds us to, the unit
+# tests under the race detector and a check that the release builds. The acceptance tests run again with the oldest
+# Terraform queuey supports and with OpenTofu (scripts/terraform.sh builds
+# them once into ~/.cache/queuey).
 #
 # It starts what the tests need first, so a missing broker is a failure here,
 # never a skipped test.
@@ -15,6 +17,8 @@ cd "$root"
 bash scripts/broker.sh
 TF_ACC_TERRAFORM_PATH=$(bash scripts/terraform.sh)
 export TF_ACC_TERRAFORM_PATH TF_ACC=1
+oldest=$(bash scripts/terraform.sh oldest)
+tofu=$(bash scripts/terraform.sh tofu)
 export AMQP_URL="${AMQP_URL:-amqp://guest:guest@127.0.0.1:5672/}"
 export QUEUEY_ENDPOINT="${QUEUEY_ENDPOINT:-http://127.0.0.1:15672}"
 export QUEUEY_USERNAME="${QUEUEY_USERNAME:-guest}"
@@ -37,11 +41,28 @@ echo "== unit tests under the race detector"
 # neither broker nor Terraform.
 env -u TF_ACC go test -race -count=1 ./...
 
+echo "== release: cross-compile every platform of .goreleaser.yml, check the registry manifest"
+go run ./tools/releasecheck
+
 echo "== fuzz targets, ${FUZZTIME:-60s} each"
 bash scripts/fuzz.sh "${FUZZTIME:-60s}"
 
-echo "== tests (unit, integration, acceptance, faults)"
+echo "== tests (unit, integration, acceptance, faults), then the acceptance tests with Terraform 1.5.7 and OpenTofu"
 go build -o bin/testsummary ./tools/testsummary
+# gotest BINARY WHAT ARGS...: a go test -json run with that Terraform binary,
+# announced to testsummary, which counts and times each run under its label.
+gotest() {
+	echo "== run: $(CHECKPOINT_DISABLE=1 "$1" version 2>/dev/null | sed -n 1p) ($1): $2"
+	TF_ACC_TERRAFORM_PATH=$1 go test -p 1 -count=1 -json "${@:3}" 2>&1
+}
 # One package at a time: on two cores, suites that each load the broker run
-# steadier in turn than side by side.
-go test -p 1 -tags integration,faults -count=1 -timeout 40m -json ./... 2>&1 | bin/testsummary
+# steadier in turn than side by side. OpenTofu resolves the provider's source
+# to its own registry's host.
+{
+	rc=0
+	gotest "$TF_ACC_TERRAFORM_PATH" "every package" -tags integration,faults -timeout 40m ./... || rc=1
+	gotest "$oldest" "acceptance tests" -run '^TestAcc' -timeout 20m ./provider/ || rc=1
+	TF_ACC_PROVIDER_HOST=registry.opentofu.org TF_ACC_PROVIDER_NAMESPACE=queuey \
+		gotest "$tofu" "acceptance tests" -run '^TestAcc' -timeout 20m ./provider/ || rc=1
+	exit $rc
+} | bin/testsummary
