@@ -4,9 +4,9 @@
 # the real Terraform binary, the fault suite (build tag "faults", against a
 # second broker node it starts and stops itself) and every fuzz target for
 # FUZZTIME (default 60s), plus the static checks CI holds us to, the unit
-# tests under the race detector and a check that the release builds. The acceptance tests run again with the oldest
-# Terraform queuey supports and with OpenTofu (scripts/terraform.sh builds
-# them once into ~/.cache/queuey).
+# tests under the race detector and a check that the release builds. The
+# acceptance tests run again with the oldest Terraform queuey supports and
+# with OpenTofu (scripts/terraform.sh builds them once into ~/.cache/queuey).
 #
 # It starts what the tests need first, so a missing broker is a failure here,
 # never a skipped test.
