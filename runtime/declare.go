@@ -108,7 +108,17 @@ func queueExists(ac *amqp.Connection, queue string) (bool, error) {
 		return false, fmt.Errorf("queuey: open a channel to check queue %q: %w", queue, err)
 	}
 	defer func() { _ = ch.Close() }()
-	_, err = ch.QueueDeclarePassive(queue, false, false, false, false, nil)
+	there, err := queueExistsOn(ch, queue)
+	if err != nil {
+		return false, fmt.Errorf("queuey: check queue %q: %w", queue, err)
+	}
+	return there, nil
+}
+
+// queueExistsOn reports whether queue exists, by a passive declaration on
+// ch, which the broker closes when it does not: ch is spent either way.
+func queueExistsOn(ch *amqp.Channel, queue string) (bool, error) {
+	_, err := ch.QueueDeclarePassive(queue, false, false, false, false, nil)
 	var ae *amqp.Error
 	switch {
 	case err == nil:
@@ -116,7 +126,7 @@ func queueExists(ac *amqp.Connection, queue string) (bool, error) {
 	case errors.As(err, &ae) && ae.Code == amqp.NotFound:
 		return false, nil
 	}
-	return false, fmt.Errorf("queuey: check queue %q: %w", queue, err)
+	return false, err
 }
 
 // declareQueue declares one queue with the flags every queuey queue has:

@@ -408,15 +408,7 @@ func (p *WorkerPool) redeclareAbsent(q *poolQueue) bool {
 			return false, err
 		}
 		defer func() { _ = ch.Close() }()
-		_, err = ch.QueueDeclarePassive(name, false, false, false, false, nil)
-		var ae *amqp.Error
-		switch {
-		case err == nil:
-			return true, nil
-		case errors.As(err, &ae) && ae.Code == amqp.NotFound:
-			return false, nil
-		}
-		return false, err
+		return queueExistsOn(ch, name)
 	}
 	for _, name := range []string{topology.MigrationName(q.work), q.work} {
 		there, err := exists(name)
