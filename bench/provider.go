@@ -160,26 +160,21 @@ resource "queuey_queue_set" "bench" {
 	return sb.String()
 }
 
-// providerSection: terraform apply, a no-change plan and destroy of a queue
-// set, beside rabbit-hole declaring, listing and deleting the same broker
-// queues, serially and with 8 workers.
-func (b *bench) providerSection(ctx context.Context) error {
+// terraformSetup finds the terraform binary, builds the provider into tmp
+// unless -provider-bin names one, and writes a CLI configuration in tmp whose
+// dev override points at it. It returns the binary and that configuration.
+func (b *bench) terraformSetup(ctx context.Context, tmp string) (tfBin, rc string, err error) {
 	root, err := moduleRoot()
 	if err != nil {
-		return err
+		return "", "", err
 	}
-	tfBin, err := b.findTerraform(root)
+	tfBin, err = b.findTerraform(root)
 	if err != nil {
-		return fmt.Errorf("no terraform binary (pass -terraform): %w", err)
+		return "", "", fmt.Errorf("no terraform binary (pass -terraform): %w", err)
 	}
 	if out, err := exec.Command(tfBin, "version").Output(); err == nil {
 		b.report.terraform = strings.SplitN(strings.TrimSpace(string(out)), "\n", 2)[0]
 	}
-	tmp, err := os.MkdirTemp("", "queuey-bench-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(tmp)
 	binDir := b.c.providerBin
 	if binDir == "" {
 		binDir = filepath.Join(tmp, "bin")
@@ -187,11 +182,27 @@ func (b *bench) providerSection(ctx context.Context) error {
 		cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(binDir, "terraform-provider-queuey"), ".")
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("build the provider: %v\n%s", err, out)
+			return "", "", fmt.Errorf("build the provider: %v\n%s", err, out)
 		}
 	}
-	rc := filepath.Join(tmp, "dev.tfrc")
+	rc = filepath.Join(tmp, "dev.tfrc")
 	if err := os.WriteFile(rc, fmt.Appendf(nil, "provider_installation {\n  dev_overrides {\n    \"queuey/queuey\" = %q\n  }\n  direct {}\n}\n", binDir), 0o644); err != nil {
+		return "", "", err
+	}
+	return tfBin, rc, nil
+}
+
+// providerSection: terraform apply, a no-change plan and destroy of a queue
+// set, beside rabbit-hole declaring, listing and deleting the same broker
+// queues, serially and with 8 workers.
+func (b *bench) providerSection(ctx context.Context) error {
+	tmp, err := os.MkdirTemp("", "queuey-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	tfBin, rc, err := b.terraformSetup(ctx, tmp)
+	if err != nil {
 		return err
 	}
 	proxy, err := newCountingProxy(b.c.mgmtURL)
