@@ -429,7 +429,10 @@ func ttlPath(queue string) tfjsonpath.Path {
 func TestAccQueueSet_importedMessageTTLPlansNoChange(t *testing.T) {
 	b := newTestBroker(t)
 	p := b.uniquePrefix("ttlimport")
-	cfg := b.providerBlock("") + setConfig(p, false, `a = { message_ttl = "90s" }`)
+	// The first step imports before any config step, and there
+	// terraform-plugin-testing writes no required_providers block: OpenTofu
+	// would then look hashicorp/queuey up in its registry. Say the source.
+	cfg := requiredProvidersBlock() + b.providerBlock("") + setConfig(p, false, `a = { message_ttl = "90s" }`)
 	warnings := &planWarnings{}
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: warnings.providers(),
@@ -738,4 +741,20 @@ func TestAccQueueSet_example(t *testing.T) {
 			},
 		}},
 	})
+}
+
+// requiredProvidersBlock is the terraform block that names the provider's
+// source as terraform-plugin-testing serves it: registry.terraform.io/
+// hashicorp/queuey unless TF_ACC_PROVIDER_HOST and TF_ACC_PROVIDER_NAMESPACE
+// say otherwise (as they do for OpenTofu). A config with a terraform block
+// of its own is used by terraform-plugin-testing as it is.
+func requiredProvidersBlock() string {
+	host, namespace := os.Getenv("TF_ACC_PROVIDER_HOST"), os.Getenv("TF_ACC_PROVIDER_NAMESPACE")
+	if host == "" {
+		host = "registry.terraform.io"
+	}
+	if namespace == "" {
+		namespace = "hashicorp"
+	}
+	return fmt.Sprintf("terraform {\n  required_providers {\n    queuey = { source = %q }\n  }\n}\n", host+"/"+namespace+"/queuey")
 }
