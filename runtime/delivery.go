@@ -123,11 +123,17 @@ func (p *Producer) deliveryTo(queue string, msg amqp.Publishing) *delivery {
 	return &delivery{key: queue, msg: msg, divert: p.diverts[queue]}
 }
 
-// publishOne publishes one message and waits for its confirm.
+// publishOne publishes one message and waits for its confirm. The delivery
+// and the one-element slice the loop takes share one allocation: this is
+// the path of every Enqueue.
 func (p *Producer) publishOne(ctx context.Context, key string, msg amqp.Publishing) error {
-	d := p.deliveryTo(key, msg)
-	p.deliver(ctx, []*delivery{d})
-	return d.err
+	one := &struct {
+		d  delivery
+		ds [1]*delivery
+	}{d: delivery{key: key, msg: msg, divert: p.diverts[key]}}
+	one.ds[0] = &one.d
+	p.deliver(ctx, one.ds[:])
+	return one.d.err
 }
 
 // deliver runs the loop over ds (at most maxChunk, with distinct MessageIds
@@ -155,13 +161,27 @@ func (p *Producer) deliver(ctx context.Context, ds []*delivery) {
 
 // next returns the deliveries of ds whose next step is s.
 func next(ds []*delivery, s step) []*delivery {
-	var out []*delivery
-	for _, d := range ds {
-		if d.next == s {
-			out = append(out, d)
+	return keep(ds, func(d *delivery) bool { return d.next == s })
+}
+
+// keep returns the deliveries of ds that ok keeps, in order. It returns ds
+// itself when ok keeps them all (the usual case: one job, or a batch going
+// the same way), and allocates only when it drops one; ds is never written,
+// so callers must not write the result either.
+func keep(ds []*delivery, ok func(*delivery) bool) []*delivery {
+	for i, d := range ds {
+		if ok(d) {
+			continue
 		}
+		out := append(make([]*delivery, 0, len(ds)-1), ds[:i]...)
+		for _, d := range ds[i+1:] {
+			if ok(d) {
+				out = append(out, d)
+			}
+		}
+		return out
 	}
-	return out
+	return ds
 }
 
 // try is one try of send: declare the hold queues, take a confirmer from

@@ -74,12 +74,10 @@ func (p *Producer) routeOnce(ctx context.Context, c confirmer, send []*delivery)
 		r   *divert.Result
 		err error
 	)
-	routed = send[:0:0]
-	for _, d := range send {
+	routed = keep(send, func(d *delivery) bool {
 		if d.divert == nil {
 			d.rk = d.key
-			routed = append(routed, d)
-			continue
+			return true
 		}
 		if d.divert != dc {
 			dc = d.divert
@@ -92,7 +90,7 @@ func (p *Producer) routeOnce(ctx context.Context, c confirmer, send []*delivery)
 			} else {
 				d.fail(err)
 			}
-			continue
+			return false
 		}
 		d.rk, d.probed = d.key, r.SentAt
 		if r.Diverted {
@@ -101,8 +99,8 @@ func (p *Producer) routeOnce(ctx context.Context, c confirmer, send []*delivery)
 		if oldest.IsZero() || r.SentAt.Before(oldest) {
 			oldest = r.SentAt
 		}
-		routed = append(routed, d)
-	}
+		return true
+	})
 	return routed, oldest
 }
 

@@ -92,19 +92,19 @@ func (p *Producer) publishHeld(ctx context.Context, work string, durable bool, t
 // let the broker delete it while in use. A delivery whose declaration fails
 // fails with that error and is not sent; declareHolds returns the others.
 func (p *Producer) declareHolds(ctx context.Context, send []*delivery) []*delivery {
-	kept := send[:0:0]
-	for _, d := range send {
-		if h := d.hold; h != nil {
-			at, err := p.holds.declareHold(ctx, d.key, h.work, h.ttlMs, h.durable)
-			if err != nil {
-				d.fail(err)
-				continue
-			}
-			h.declared = at
+	return keep(send, func(d *delivery) bool {
+		h := d.hold
+		if h == nil {
+			return true
 		}
-		kept = append(kept, d)
-	}
-	return kept
+		at, err := p.holds.declareHold(ctx, d.key, h.work, h.ttlMs, h.durable)
+		if err != nil {
+			d.fail(err)
+			return false
+		}
+		h.declared = at
+		return true
+	})
 }
 
 // heldAcked is the row of a held job whose ack was seen: done when it came

@@ -237,7 +237,7 @@ func (o ProducerOptions) validate() error {
 // (ErrUnroutable). A job type, correlation id or queue name longer than 255
 // bytes is refused with ErrFieldTooLong before anything is sent.
 func (p *Producer) Enqueue(ctx context.Context, queue, jobType string, payload any, opts *EnqueueOptions) (string, error) {
-	if err := checkShortStrings(p.workName(queue), jobType, opts); err != nil {
+	if err := p.checkShortStrings(queue, jobType, opts); err != nil {
 		return "", err
 	}
 	env, err := p.newEnvelope(queue, jobType, payload, opts)
@@ -275,7 +275,7 @@ func (p *Producer) EnqueueAfter(ctx context.Context, queue, jobType string, payl
 		// A time just past (time.Until of it) is an ordinary call.
 		return p.Enqueue(ctx, queue, jobType, payload, opts)
 	}
-	if err := checkShortStrings(p.workName(queue), jobType, opts); err != nil {
+	if err := p.checkShortStrings(queue, jobType, opts); err != nil {
 		return "", err
 	}
 	return p.enqueueHeld(ctx, queue, jobType, payload, delay, p.opts.DelayGranularity, false, opts)
@@ -293,7 +293,7 @@ func (p *Producer) Defer(ctx context.Context, queue, jobType string, payload any
 	if delay < 0 {
 		delay = 0 // one step, as JobDefer
 	}
-	if err := checkShortStrings(p.workName(queue), jobType, opts); err != nil {
+	if err := p.checkShortStrings(queue, jobType, opts); err != nil {
 		return "", err
 	}
 	return p.enqueueHeld(ctx, queue, jobType, payload, delay, p.opts.DeferGranularity, true, opts)
@@ -381,7 +381,7 @@ func (p *Producer) EnqueueBatch(ctx context.Context, jobs []BatchJob) ([]string,
 	ids := make([]string, len(jobs))
 	out := make([]*delivery, len(jobs))
 	for i, j := range jobs {
-		if err := checkShortStrings(p.workName(j.Queue), j.JobType, j.Options); err != nil {
+		if err := p.checkShortStrings(j.Queue, j.JobType, j.Options); err != nil {
 			return nil, fmt.Errorf("queuey: batch job %d: %w", i, err)
 		}
 		env, err := p.newEnvelope(j.Queue, j.JobType, j.Payload, j.Options)

@@ -18,19 +18,27 @@ const maxShortString = 255
 var ErrFieldTooLong = errors.New("longer than AMQP's 255-byte limit")
 
 // checkShortStrings refuses an enqueue whose values would not fit the AMQP
-// short strings they are sent in. work is the broker name of the queue (the
-// routing key).
-func checkShortStrings(work, jobType string, opts *EnqueueOptions) error {
-	for _, f := range []struct{ name, value string }{
-		{"job type", jobType},
-		{"correlation id", opts.correlationID()},
-		{"queue name", work},
-	} {
-		if len(f.value) > maxShortString {
-			return fmt.Errorf("queuey: the %s is %d bytes, %w for the AMQP short string it is sent in (%.20q...); nothing was published", f.name, len(f.value), ErrFieldTooLong, f.value)
-		}
+// short strings they are sent in; queue is the logical name, whose broker
+// name is the routing key. The broker name is built only to report it:
+// Enqueue builds it once more for the envelope, and this runs on every call.
+func (p *Producer) checkShortStrings(queue, jobType string, opts *EnqueueOptions) error {
+	work := len(queue)
+	if p.prefix != "" {
+		work += len(p.prefix) + 1
+	}
+	switch {
+	case len(jobType) > maxShortString:
+		return errFieldTooLong("job type", jobType)
+	case len(opts.correlationID()) > maxShortString:
+		return errFieldTooLong("correlation id", opts.correlationID())
+	case work > maxShortString:
+		return errFieldTooLong("queue name", p.workName(queue))
 	}
 	return nil
+}
+
+func errFieldTooLong(field, value string) error {
+	return fmt.Errorf("queuey: the %s is %d bytes, %w for the AMQP short string it is sent in (%.20q...); nothing was published", field, len(value), ErrFieldTooLong, value)
 }
 
 // shortString cuts s to AMQP's 255-byte limit on a UTF-8 boundary, as the

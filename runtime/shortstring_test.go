@@ -43,20 +43,22 @@ func TestRepublishCutsAnOverlongTypeOnAUTF8Boundary(t *testing.T) {
 func TestEnqueueRefusesOverlongShortStrings(t *testing.T) {
 	t.Parallel()
 	long := strings.Repeat("x", 256)
+	p := &Producer{prefix: "p"}
 	for _, tc := range []struct {
-		field, work, jobType string
-		opts                 *EnqueueOptions
+		field, queue, jobType string
+		opts                  *EnqueueOptions
 	}{
-		{"job type", "p.q", long, nil},
-		{"correlation id", "p.q", "t", &EnqueueOptions{CorrelationID: long}},
-		{"queue name", "p." + long, "t", nil},
+		{"job type", "q", long, nil},
+		{"correlation id", "q", "t", &EnqueueOptions{CorrelationID: long}},
+		{"queue name", long, "t", nil},
+		{"queue name", strings.Repeat("x", 254), "t", nil}, // "p." makes it 256
 	} {
-		err := checkShortStrings(tc.work, tc.jobType, tc.opts)
+		err := p.checkShortStrings(tc.queue, tc.jobType, tc.opts)
 		if !errors.Is(err, ErrFieldTooLong) || !strings.Contains(err.Error(), tc.field) || !strings.Contains(err.Error(), "255") {
 			t.Errorf("%s of 256 bytes: %v", tc.field, err)
 		}
 	}
-	if err := checkShortStrings("p.q", strings.Repeat("x", 255), &EnqueueOptions{CorrelationID: strings.Repeat("y", 255)}); err != nil {
+	if err := p.checkShortStrings(strings.Repeat("q", 253), strings.Repeat("x", 255), &EnqueueOptions{CorrelationID: strings.Repeat("y", 255)}); err != nil {
 		t.Errorf("255 bytes refused: %v", err)
 	}
 }
