@@ -55,8 +55,18 @@ func decodeEnvelope(body []byte) (Envelope, error) {
 	if err := json.Unmarshal(body, &e); err != nil {
 		return Envelope{}, fmt.Errorf("%w: %v", errMalformedEnvelope, err)
 	}
-	// Which of the fields without a default were present at all: a
-	// missing one decodes as its zero value above.
+	if e.JobID == "" || e.JobType == "" || e.Queue == "" || e.Attempt == 0 || e.EnqueuedAtMs == 0 {
+		return checkPresence(body, e)
+	}
+	return checkValues(e)
+}
+
+// checkPresence checks e, decoded from body, where one of the fields
+// without a default decoded as its zero value: was it there at all? Only
+// then does it pay for a second decode; a field with any other value was
+// present. Its checks come in the order of the original's, as checkValues
+// then repeats the ones of values.
+func checkPresence(body []byte, e Envelope) (Envelope, error) {
 	var present struct {
 		JobID        *string          `json:"job_id"`
 		JobType      *string          `json:"job_type"`
@@ -80,6 +90,17 @@ func decodeEnvelope(body []byte) (Envelope, error) {
 		return Envelope{}, fmt.Errorf("%w: attempt %d is not an unsigned 32-bit integer", errMalformedEnvelope, e.Attempt)
 	case present.EnqueuedAtMs == nil || string(*present.EnqueuedAtMs) == "null":
 		return Envelope{}, fmt.Errorf("%w: enqueued_at_ms is missing", errMalformedEnvelope)
+	}
+	return checkValues(e)
+}
+
+// checkValues checks the values of e, whose fields were all present.
+func checkValues(e Envelope) (Envelope, error) {
+	switch {
+	case !isUUID(e.JobID):
+		return Envelope{}, fmt.Errorf("%w: job_id %.40q is not a UUID", errMalformedEnvelope, e.JobID)
+	case e.Attempt < 0 || e.Attempt > math.MaxUint32:
+		return Envelope{}, fmt.Errorf("%w: attempt %d is not an unsigned 32-bit integer", errMalformedEnvelope, e.Attempt)
 	case e.EnqueuedAtMs < 0:
 		return Envelope{}, fmt.Errorf("%w: enqueued_at_ms %d is negative", errMalformedEnvelope, e.EnqueuedAtMs)
 	case e.Deferrals < 0 || e.Deferrals > math.MaxUint32:
