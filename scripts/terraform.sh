@@ -56,10 +56,10 @@ if [ ! -x "$bin" ]; then
 	[ -d "$dir" ] || { echo "$name: go mod download gave no directory for $module@$version" >&2; exit 1; }
 	echo "$name: building $resolved into $cache (about four minutes, once)" >&2
 	src="$cache/$name-$resolved.src"
+	mkdir -p "$(dirname "$bin")" # also makes $cache on a fresh machine
 	rm -rf "$src"
 	cp -r "$dir" "$src"
 	chmod -R u+w "$src"
-	mkdir -p "$(dirname "$bin")"
 	# Built under another name and renamed, so that an interrupted build
 	# never leaves a binary the check above would take for a finished one.
 	(cd "$src" && CGO_ENABLED=0 go build -trimpath -buildvcs=false -o "$bin.tmp" "$pkg") >&2
