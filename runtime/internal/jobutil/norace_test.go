@@ -1,0 +1,5 @@
+//go:build !race
+
+package jobutil
+
+const raceEnabled = false
