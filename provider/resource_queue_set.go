@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
@@ -94,8 +95,13 @@ func queueSetSchema() schema.Schema {
 						"message_ttl": schema.StringAttribute{
 							Optional:   true,
 							CustomType: ttlType{},
-							MarkdownDescription: "`x-message-ttl` of the work queue, as a duration such as `\"90s\"`, `\"15m\"` or `\"24h\"` (whole milliseconds, " +
-								fmt.Sprintf("at most %d ms). Unset, messages do not expire. ", topology.MaxMessageTTL) +
+							MarkdownDescription: "`x-message-ttl` of the work queue: RabbitMQ deletes a job that has waited this long in it. " +
+								"**Nothing records an expired job**: the work queue has no dead-letter exchange, so the job does not reach `<prefix>.<name>.dead`, " +
+								"no handler runs it, nothing logs it, and its producer was told it was enqueued. The wait starts each time the job enters the work queue " +
+								"(when it is enqueued, and again when a delay, retry or deferral brings it back); a job a worker is handling does not expire. " +
+								"Set it only for jobs that are worthless once late. Unset, jobs wait until they are handled. " +
+								"Written as a duration: numbers with units `ms`, `s`, `m`, `h` or `d`, together or apart, such as `\"90s\"`, `\"15m\"`, `\"24h\"`, `\"7d\"`, `\"1h30m\"` or `\"49d 17h 2m 47s 295ms\"` " +
+								fmt.Sprintf("(whole milliseconds, at most %d ms, which is `\"%s\"`). ", topology.MaxMessageTTL, topology.FormatDuration(time.Duration(topology.MaxMessageTTL)*time.Millisecond)) +
 								"The same duration written another way is no change: after `\"90s\"`, a configuration that says `\"1m30s\"` plans nothing, and the state keeps `\"90s\"`. " +
 								"An import writes it as hours, minutes, seconds and milliseconds (`\"1m30s\"`), which a configuration saying `\"90s\"` leaves as it is.",
 							PlanModifiers: []planmodifier.String{keepEquivalentTTL{}},
