@@ -166,11 +166,11 @@ func (r *queueSetResource) discardWarning(at path.Path, why string, state queueS
 	switch {
 	case unread != "" && force:
 		add("Queue Set May Hold Messages",
-			fmt.Sprintf("%s force_destroy is set in the state, so the destroy discards whatever messages its queues hold; %s. Check them before approving.", why, unread))
+			fmt.Sprintf("%s force_destroy is set in the state, so the destroy discards whatever messages the set's queues hold; %s. Check them before approving.", why, unread))
 	case len(where) == 0:
 	case force:
 		add("Queue Set's Messages Will Be Discarded",
-			fmt.Sprintf("%s force_destroy is set in the state, so the destroy discards their messages: %s. Dead letters are lost with them. "+
+			fmt.Sprintf("%s force_destroy is set in the state, so the destroy discards the messages its queues hold: %s. Dead letters are lost with them. "+
 				"To keep the messages, drain the queues before applying, or first apply force_destroy = false on its own. %s",
 				why, strings.Join(where, ", "), countsLag))
 	default:

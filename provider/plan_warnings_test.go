@@ -147,7 +147,7 @@ func TestAccQueueSet_planWarnsBeforeReplacingASetWithMessages(t *testing.T) {
 				PreApply: []plancheck.PlanCheck{
 					plancheck.ExpectResourceAction(addr, plancheck.ResourceActionDestroyBeforeCreate),
 					expectPlanWarning(warnings, "Queue Set's Messages Will Be Discarded",
-						regexp.MustCompile(`^Changing prefix replaces the whole queue set: .* force_destroy is set in the state, so the destroy discards their messages: `+held+`\.`)),
+						regexp.MustCompile(`^Changing prefix replaces the whole queue set: .* force_destroy is set in the state, so the destroy discards the messages its queues hold: `+held+`\.`)),
 				},
 			},
 			Check: tfresource.ComposeAggregateTestCheckFunc(
@@ -186,7 +186,7 @@ func TestAccQueueSet_planWarnsBeforeDestroyingASetWithMessages(t *testing.T) {
 				PreApply: []plancheck.PlanCheck{
 					plancheck.ExpectResourceAction(addr, plancheck.ResourceActionDestroy),
 					expectPlanWarning(warnings, "Queue Set's Messages Will Be Discarded",
-						regexp.MustCompile(`^The plan destroys the queue set of prefix "`+regexp.QuoteMeta(p)+`" in virtual host "/"\. force_destroy is set in the state, so the destroy discards their messages: `+
+						regexp.MustCompile(`^The plan destroys the queue set of prefix "`+regexp.QuoteMeta(p)+`" in virtual host "/"\. force_destroy is set in the state, so the destroy discards the messages its queues hold: `+
 							regexp.QuoteMeta(fmt.Sprintf(`queue %q holds 2 messages`, dead(p, "b")))+`\. Dead letters are lost with them\.`)),
 				},
 			},
