@@ -133,6 +133,21 @@ func replacementWarning(vhost, name string, target topology.Declaration, reason 
 			vhost, migrate.Describe(target.Name, count, target.Args, target.Durable), reason, counted))
 }
 
+// queueArgumentDiagnostic is the error of a queue's max_priority or
+// message_ttl. It points at the queue's entry, queues["orders"], not at the
+// attribute inside it: Terraform shows the source line of an attribute path
+// only as deep as the map element (the "orders = {" line); a deeper path
+// renders at the resource's first line. So the detail names the queue and
+// the attribute; what is wrong with the value (it) follows.
+func queueArgumentDiagnostic(queue, attribute, it string) diag.Diagnostic {
+	summary := "Invalid Max Priority"
+	if attribute == "message_ttl" {
+		summary = "Invalid Message TTL"
+	}
+	return diag.NewAttributeErrorDiagnostic(path.Root("queues").AtMapKey(queue), summary,
+		fmt.Sprintf("Queue %q: %s %s.", queue, attribute, strings.TrimSuffix(it, ".")))
+}
+
 // topologyDiagnostic points one error of the topology checks at the
 // attribute it is about, by the error's type and sentinels.
 func topologyDiagnostic(err error) diag.Diagnostic {
@@ -141,9 +156,9 @@ func topologyDiagnostic(err error) diag.Diagnostic {
 	queues := path.Root("queues")
 	switch {
 	case errors.As(err, &argErr) && argErr.Argument == topology.ArgumentMessageTTL:
-		return diag.NewAttributeErrorDiagnostic(queues.AtMapKey(argErr.Queue).AtName("message_ttl"), "Invalid Message TTL", err.Error())
+		return queueArgumentDiagnostic(argErr.Queue, "message_ttl", argErr.Reason)
 	case errors.As(err, &argErr):
-		return diag.NewAttributeErrorDiagnostic(queues.AtMapKey(argErr.Queue).AtName("max_priority"), "Invalid Max Priority", err.Error())
+		return queueArgumentDiagnostic(argErr.Queue, "max_priority", argErr.Reason)
 	case errors.Is(err, topology.ErrInvalidPrefix):
 		return diag.NewAttributeErrorDiagnostic(path.Root("prefix"), "Invalid Queue Set Prefix", err.Error())
 	case errors.Is(err, topology.ErrNoQueues):

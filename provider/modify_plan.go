@@ -12,11 +12,16 @@ import (
 // ModifyPlan fills in every queue's names and arguments, which follow from
 // the configuration alone, so the plan shows them instead of "known after
 // apply"; and it warns about every queue the apply will replace because its
-// arguments change, with its message count, since that is what an operator
-// must see before approving.
+// arguments change, with its message count, and about every queue it will
+// delete with messages (removed, or in a set replaced or destroyed;
+// plan_warnings.go), since that is what an operator must see before
+// approving.
 func (r *queueSetResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
 	if req.Plan.Raw.IsNull() {
-		return // destroy: Delete checks for messages and says so
+		// A destroy: Delete checks for messages again, and refuses or
+		// discards them.
+		resp.Diagnostics.Append(r.destroyWarnings(ctx, req.State)...)
+		return
 	}
 	var plan queueSetModel
 	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
@@ -44,7 +49,10 @@ func (r *queueSetResource) ModifyPlan(ctx context.Context, req resource.ModifyPl
 	var state queueSetModel
 	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
 	if !state.Prefix.Equal(plan.Prefix) || !state.Vhost.Equal(plan.Vhost) {
-		return // the whole set is replaced; Terraform's plan says so
+		// The whole set is replaced; Terraform's plan says so, and this
+		// says what happens to its messages.
+		resp.Diagnostics.Append(r.setReplacementWarnings(ctx, state, plan)...)
+		return
 	}
 	before := map[string]queueModel{}
 	if !state.Queues.IsNull() {
@@ -53,6 +61,7 @@ func (r *queueSetResource) ModifyPlan(ctx context.Context, req resource.ModifyPl
 	if resp.Diagnostics.HasError() {
 		return
 	}
+	resp.Diagnostics.Append(r.removalWarnings(state.Vhost.ValueString(), plan.Prefix.ValueString(), forceDestroyOn(plan.ForceDestroy), before, queues)...)
 	resp.Diagnostics.Append(r.replacementWarnings(ctx, state.Vhost.ValueString(), plan.Prefix.ValueString(), before, queues)...)
 }
 

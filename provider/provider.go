@@ -134,11 +134,11 @@ func (p *queueyProvider) Schema(_ context.Context, _ provider.SchemaRequest, res
 			},
 			"ca_file": schema.StringAttribute{
 				Optional:            true,
-				MarkdownDescription: "Path of a PEM file with the certificate authorities to trust for an `https` endpoint, instead of the system's." + env("ca_file"),
+				MarkdownDescription: "Path of a PEM file with the certificate authorities to trust for an `https` endpoint and an `amqps` `amqp_url`, instead of the system's." + env("ca_file"),
 			},
 			"client_cert_file": schema.StringAttribute{
 				Optional:            true,
-				MarkdownDescription: "Path of a PEM client certificate presented to an `https` endpoint; needs `client_key_file`." + env("client_cert_file"),
+				MarkdownDescription: "Path of a PEM client certificate presented to an `https` endpoint and an `amqps` `amqp_url`; needs `client_key_file`." + env("client_cert_file"),
 			},
 			"client_key_file": schema.StringAttribute{
 				Optional:            true,
@@ -146,7 +146,7 @@ func (p *queueyProvider) Schema(_ context.Context, _ provider.SchemaRequest, res
 			},
 			"insecure": schema.BoolAttribute{
 				Optional:            true,
-				MarkdownDescription: "Skip verifying the endpoint's TLS certificate. Only for testing. (default: `false`)" + env("insecure"),
+				MarkdownDescription: "Skip verifying the TLS certificate of the endpoint and of an `amqps` `amqp_url`. Only for testing. (default: `false`)" + env("insecure"),
 			},
 		},
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/url"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -79,37 +78,6 @@ func parseID(id string) (vhost, prefix string, err error) {
 		return "", "", err
 	}
 	return vhost, prefix, nil
-}
-
-// parseTTL reads message_ttl. It takes Go duration syntax, which is what
-// the examples show ("90s", "15m", "24h", "1h30m").
-func parseTTL(s string) (time.Duration, error) {
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return 0, fmt.Errorf("%q is not a duration: write a number and a unit, such as \"90s\", \"15m\" or \"24h\"", s)
-	}
-	return d, nil
-}
-
-// formatTTL writes a TTL the way an import puts it in state: hours, minutes,
-// seconds and milliseconds with zero parts left out ("24h", "1m30s",
-// "1s500ms"), which parseTTL reads back to the same value.
-func formatTTL(d time.Duration) string {
-	if d == 0 {
-		return "0s"
-	}
-	var b strings.Builder
-	for _, p := range []struct {
-		unit   time.Duration
-		suffix string
-	}{{time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}, {time.Millisecond, "ms"}} {
-		if n := d / p.unit; n > 0 {
-			b.WriteString(strconv.FormatInt(int64(n), 10))
-			b.WriteString(p.suffix)
-			d -= n * p.unit
-		}
-	}
-	return b.String()
 }
 
 // configKnown reports whether every configurable attribute of q is known,

@@ -237,14 +237,19 @@ func TestValidateSetPointsAtAttributes(t *testing.T) {
 		prefix string
 		queues map[string]attr.Value
 		want   path.Path
+		// detail starts every error's detail: a queue's argument errors
+		// point at the queue's entry, so the detail names the queue and
+		// the attribute.
+		detail string
 	}{
-		{"p.", map[string]attr.Value{"a": q(1, "")}, path.Root("prefix")},
-		{"p", map[string]attr.Value{}, path.Root("queues")},
-		{"p", map[string]attr.Value{"a": q(300, "")}, path.Root("queues").AtMapKey("a").AtName("max_priority")},
-		{"p", map[string]attr.Value{"a": q(1, "1h"), "b": q(1, "1ns")}, path.Root("queues").AtMapKey("b").AtName("message_ttl")},
-		{"p", map[string]attr.Value{"a": q(1, "soon")}, path.Root("queues").AtMapKey("a").AtName("message_ttl")},
-		{"p", map[string]attr.Value{"a": q(1, ""), "a.dead": q(1, "")}, path.Root("queues").AtMapKey("a.dead")},
-		{"p", map[string]attr.Value{"": q(1, "")}, path.Root("queues").AtMapKey("")},
+		{"p.", map[string]attr.Value{"a": q(1, "")}, path.Root("prefix"), ""},
+		{"p", map[string]attr.Value{}, path.Root("queues"), ""},
+		{"p", map[string]attr.Value{"a": q(300, "")}, path.Root("queues").AtMapKey("a"), `Queue "a": max_priority 300 is out of range`},
+		{"p", map[string]attr.Value{"a": q(1, "1h"), "b": q(1, "1ns")}, path.Root("queues").AtMapKey("b"), `Queue "b": message_ttl 1ns is not a whole number of milliseconds`},
+		{"p", map[string]attr.Value{"a": q(1, "soon")}, path.Root("queues").AtMapKey("a"), `Queue "a": message_ttl "soon" is not a duration`},
+		{"p", map[string]attr.Value{"a": q(1, "50d")}, path.Root("queues").AtMapKey("a"), `Queue "a": message_ttl 50d is longer than RabbitMQ's limit of 4294967295 ms (49d 17h 2m 47s 295ms)`},
+		{"p", map[string]attr.Value{"a": q(1, ""), "a.dead": q(1, "")}, path.Root("queues").AtMapKey("a.dead"), ""},
+		{"p", map[string]attr.Value{"": q(1, "")}, path.Root("queues").AtMapKey(""), ""},
 	} {
 		cfg := queueSetModel{
 			Prefix: types.StringValue(c.prefix),
@@ -258,6 +263,20 @@ func TestValidateSetPointsAtAttributes(t *testing.T) {
 		withPath, ok := diags.Errors()[0].(diag.DiagnosticWithPath)
 		if !ok || !withPath.Path().Equal(c.want) {
 			t.Errorf("prefix %q queues %v: error %v, want it at %s", c.prefix, c.queues, diags.Errors()[0], c.want)
+		}
+		if d := diags.Errors()[0].Detail(); !strings.HasPrefix(d, c.detail) {
+			t.Errorf("prefix %q queues %v: error detail %q, want it to start %q", c.prefix, c.queues, d, c.detail)
+		}
+	}
+	// A message_ttl that is no duration does not hide the same queue's
+	// max_priority error: both are reported, at the queue.
+	both := validateSet(ctx, queueSetModel{Prefix: types.StringValue("p"), Queues: types.MapValueMust(queueObjectType, map[string]attr.Value{"orders": q(300, "abc")})})
+	if both.ErrorsCount() != 2 {
+		t.Errorf("max_priority 300 and message_ttl \"abc\": %d errors %v, want 2", both.ErrorsCount(), both)
+	}
+	for _, e := range both.Errors() {
+		if p := e.(diag.DiagnosticWithPath).Path(); !p.Equal(path.Root("queues").AtMapKey("orders")) || !strings.HasPrefix(e.Detail(), `Queue "orders": `) {
+			t.Errorf("error %q: %q at %s, want it at queues[\"orders\"], naming the queue", e.Summary(), e.Detail(), p)
 		}
 	}
 	// Unknown values are left for apply.

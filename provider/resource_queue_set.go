@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
@@ -62,7 +63,8 @@ func queueSetSchema() schema.Schema {
 	return schema.Schema{
 		MarkdownDescription: "A queuey queue set: for every logical queue `name` under `prefix`, a work queue `<prefix>.<name>` and its dead-letter queue `<prefix>.<name>.dead`, " +
 			"declared as classic queues through the RabbitMQ management API with the same names and arguments the queuey runtime uses.\n\n" +
-			"Adding or removing a queue in `queues` changes just that queue. RabbitMQ cannot change a queue's arguments in place, so a change of " +
+			"Adding or removing a queue in `queues` changes just that queue; a plan that deletes queues holding messages warns, with the counts. " +
+			"RabbitMQ cannot change a queue's arguments in place, so a change of " +
 			"`max_priority`, `message_ttl` or `durable` replaces that one queue: the plan warns about it with the queue's current message count, " +
 			"and the apply migrates it without losing a message: it moves the messages aside into `<prefix>.<name>.migrating` over AMQP (see the provider's `amqp_url`), " +
 			"deletes the queue once it is empty, declares it with the new arguments and moves the messages back, properties and priorities intact. " +
@@ -94,8 +96,13 @@ func queueSetSchema() schema.Schema {
 						"message_ttl": schema.StringAttribute{
 							Optional:   true,
 							CustomType: ttlType{},
-							MarkdownDescription: "`x-message-ttl` of the work queue, as a duration such as `\"90s\"`, `\"15m\"` or `\"24h\"` (whole milliseconds, " +
-								fmt.Sprintf("at most %d ms). Unset, messages do not expire. ", topology.MaxMessageTTL) +
+							MarkdownDescription: "`x-message-ttl` of the work queue: RabbitMQ deletes a job that has waited this long in it. " +
+								"**Nothing records an expired job**: the work queue has no dead-letter exchange, so the job does not reach `<prefix>.<name>.dead`, " +
+								"no handler runs it, nothing logs it, and its producer was told it was enqueued. The wait starts each time the job enters the work queue " +
+								"(when it is enqueued, and again when a delay, retry or deferral brings it back); a job a worker is handling does not expire. " +
+								"Set it only for jobs that are worthless once late. Unset, jobs wait until they are handled. " +
+								"Written as a duration: numbers with units `ms`, `s`, `m`, `h` or `d`, together or apart, such as `\"90s\"`, `\"15m\"`, `\"24h\"`, `\"7d\"`, `\"1h30m\"` or `\"1d 12h\"` " +
+								fmt.Sprintf("(whole milliseconds, at most %d ms, which is `\"%s\"`). ", topology.MaxMessageTTL, topology.FormatDuration(time.Duration(topology.MaxMessageTTL)*time.Millisecond)) +
 								"The same duration written another way is no change: after `\"90s\"`, a configuration that says `\"1m30s\"` plans nothing, and the state keeps `\"90s\"`. " +
 								"An import writes it as hours, minutes, seconds and milliseconds (`\"1m30s\"`), which a configuration saying `\"90s\"` leaves as it is.",
 							PlanModifiers: []planmodifier.String{keepEquivalentTTL{}},
@@ -141,7 +148,9 @@ func queueSetSchema() schema.Schema {
 				Computed: true,
 				Default:  booldefault.StaticBool(false),
 				MarkdownDescription: "Let Terraform delete queues that still hold messages, discarding them: when a queue is removed from `queues`, " +
-					"and when the set is destroyed. Without it those operations fail and say how many messages are where. Dead letters above all are worth reading first. " +
+					"and when the set is destroyed, or replaced because `prefix` or `vhost` changes. Without it those operations fail and say how many messages are where. " +
+					"Either way the plan warns first, with the counts. Dead letters above all are worth reading first. " +
+					"A destroy (the destroy half of a replacement too) takes the value in state, so set it in an apply of its own before; a removal takes the configuration's. " +
 					"A queue replaced because its arguments change keeps its messages either way. (default: `false`)",
 			},
 

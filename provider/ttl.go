@@ -3,12 +3,18 @@ package provider
 import (
 	"context"
 	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/types/basetypes"
 	"github.com/hashicorp/terraform-plugin-go/tftypes"
+
+	"github.com/queuey/terraform-provider-queuey/runtime/topology"
 )
 
 // message_ttl is text that means a number of milliseconds: "90s" and
@@ -115,4 +121,124 @@ func (m keepEquivalentTTL) PlanModifyString(ctx context.Context, req planmodifie
 	if equal {
 		resp.PlanValue = req.StateValue
 	}
+}
+
+// The text of message_ttl. The provider writes durations in two forms: its
+// diagnostics use topology.FormatDuration, days and spaces included ("50d",
+// "49d 17h 2m 47s 295ms"), and an import writes formatTTL's hours, minutes,
+// seconds and milliseconds ("1m30s"). parseTTL reads both, and Go's
+// duration syntax, so that a value copied from an error or from the state
+// is a valid configuration.
+
+// ttlUnits are the units parseTTL knows: Go's, and days.
+var ttlUnits = map[string]bool{"ns": true, "us": true, "µs": true, "μs": true, "ms": true, "s": true, "m": true, "h": true, "d": true}
+
+// ttlSyntax is what a message_ttl error says about writing one.
+const ttlSyntax = `write numbers with units (ms, s, m, h or d), such as "90s", "15m", "24h", "7d", "1h30m" or "49d 17h 2m 47s 295ms"`
+
+// parseTTL reads message_ttl: one or more parts, each a number (a fraction
+// allowed, as in "1.5h") and a unit of ttlUnits, written together ("1h30m")
+// or apart ("1h 30m"), with an optional sign in front; "0" alone is zero.
+// A sum beyond what a time.Duration holds (about 106,751 days) is refused.
+// What it accepts beyond Go's syntax is days and spaces between parts.
+func parseTTL(s string) (time.Duration, error) {
+	notDuration := func(why string) error {
+		return fmt.Errorf("%q is not a duration: %s; %s", s, why, ttlSyntax)
+	}
+	rest := strings.TrimSpace(s)
+	negative := false
+	if rest != "" && (rest[0] == '-' || rest[0] == '+') {
+		negative, rest = rest[0] == '-', rest[1:]
+	}
+	if rest == "0" {
+		return 0, nil
+	}
+	if rest == "" {
+		return 0, notDuration("it holds no number")
+	}
+	var total time.Duration
+	for first := true; rest != ""; first = false {
+		if trimmed := strings.TrimLeft(rest, " \t"); trimmed != rest {
+			if first {
+				return 0, notDuration("a sign must be followed by a number")
+			}
+			rest = trimmed
+		}
+		number := rest[:len(rest)-len(strings.TrimLeft(rest, "0123456789."))]
+		rest = rest[len(number):]
+		unit := rest[:len(rest)-len(strings.TrimLeft(rest, "abcdefghijklmnopqrstuvwxyzµμ"))]
+		rest = rest[len(unit):]
+		if strings.Trim(number, ".") == "" || strings.Count(number, ".") > 1 {
+			switch {
+			case number == "" && unit == "":
+				return 0, notDuration(fmt.Sprintf("%q is neither a number nor a unit", firstRune(rest)))
+			case strings.Trim(number, ".") != "":
+				return 0, notDuration(fmt.Sprintf("%q is not a number", number))
+			case first && rest == "":
+				return 0, notDuration("it has no number")
+			}
+			return 0, notDuration(fmt.Sprintf("%q has no number before its unit", number+unit))
+		}
+		known := ttlUnits[unit]
+		if unit == "" {
+			return 0, notDuration(fmt.Sprintf("%q has no unit", number))
+		}
+		if !known {
+			return 0, notDuration(fmt.Sprintf("%q is not a unit", unit))
+		}
+		part, ok := ttlPart(number, unit)
+		if !ok || part > math.MaxInt64-total {
+			return 0, fmt.Errorf("%q is too long a duration: RabbitMQ's limit is %d ms (%s)", s, topology.MaxMessageTTL,
+				topology.FormatDuration(time.Duration(topology.MaxMessageTTL)*time.Millisecond))
+		}
+		total += part
+	}
+	if negative {
+		total = -total
+	}
+	return total, nil
+}
+
+// formatTTL writes a TTL the way an import puts it in state: hours, minutes,
+// seconds and milliseconds with zero parts left out ("24h", "1m30s",
+// "1s500ms"), which parseTTL reads back to the same value.
+func formatTTL(d time.Duration) string {
+	if d == 0 {
+		return "0s"
+	}
+	var b strings.Builder
+	for _, p := range []struct {
+		unit   time.Duration
+		suffix string
+	}{{time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}, {time.Millisecond, "ms"}} {
+		if n := d / p.unit; n > 0 {
+			b.WriteString(strconv.FormatInt(int64(n), 10))
+			b.WriteString(p.suffix)
+			d -= n * p.unit
+		}
+	}
+	return b.String()
+}
+
+// ttlPart is number (digits with at most one '.') in unit, false when it
+// overflows a time.Duration. Go's parser reads it, a day as 24 hours, so
+// that every text Go reads means here what it means there.
+func ttlPart(number, unit string) (time.Duration, bool) {
+	if unit != "d" {
+		d, err := time.ParseDuration(number + unit)
+		return d, err == nil
+	}
+	h, err := time.ParseDuration(number + "h")
+	if err != nil || h > math.MaxInt64/24 {
+		return 0, false
+	}
+	return 24 * h, true
+}
+
+// firstRune is the first character of s, for an error about it.
+func firstRune(s string) string {
+	for _, r := range s {
+		return string(r)
+	}
+	return s
 }

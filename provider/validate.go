@@ -5,7 +5,6 @@ import (
 	"errors"
 
 	"github.com/hashicorp/terraform-plugin-framework/diag"
-	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 
 	"github.com/queuey/terraform-provider-queuey/runtime/topology"
@@ -85,15 +84,17 @@ func knownQueues(prefix string, queues map[string]queueModel) (topology.Set, boo
 			complete = false
 			continue
 		}
-		tq, err := toTopology(name, q)
-		if err != nil {
-			diags.AddAttributeError(path.Root("queues").AtMapKey(name).AtName("message_ttl"), "Invalid Message TTL", err.Error())
-			complete = false
-			continue
+		tq, ttlErr := toTopology(name, q)
+		if ttlErr != nil {
+			diags.Append(queueArgumentDiagnostic(name, "message_ttl", ttlErr.Error()))
 		}
 		if err := validMaxPriority(name, q); err != nil {
 			diags.Append(topologyDiagnostic(err))
 			tq.MaxPriority = 0 // reported; the other checks still run
+		}
+		if ttlErr != nil {
+			complete = false
+			continue
 		}
 		set.Queues = append(set.Queues, tq)
 	}

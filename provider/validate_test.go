@@ -31,11 +31,11 @@ func TestMaxPriorityErrorNamesQueueV256AndValue300(t *testing.T) {
 		t.Fatalf("%d errors %v, want 1", diags.ErrorsCount(), diags)
 	}
 	e := diags.Errors()[0]
-	want := `queue "v256": max priority 300 is out of range`
+	want := `Queue "v256": max_priority 300 is out of range`
 	if e.Summary() != "Invalid Max Priority" || !strings.HasPrefix(e.Detail(), want) {
 		t.Errorf("error %q: %q, want %q: detail starting %q", e.Summary(), e.Detail(), "Invalid Max Priority", want)
 	}
-	if p := e.(diag.DiagnosticWithPath).Path(); !p.Equal(path.Root("queues").AtMapKey("v256").AtName("max_priority")) {
-		t.Errorf("error at %s, want queues[\"v256\"].max_priority", p)
+	if p := e.(diag.DiagnosticWithPath).Path(); !p.Equal(path.Root("queues").AtMapKey("v256")) {
+		t.Errorf("error at %s, want queues[\"v256\"]", p)
 	}
 }

@@ -22,8 +22,16 @@ type QueueConfig struct {
 	// MaxPriority is the work queue's x-max-priority: deliveries with a
 	// higher priority come first. Defaults to 10; NoPriority disables it.
 	MaxPriority int
-	// MessageTTL expires a job that waited this long in the work queue.
-	// Defaults to none.
+	// MessageTTL is the work queue's x-message-ttl: RabbitMQ deletes a
+	// job that has waited this long in the work queue. Nothing records it:
+	// the work queue has no dead-letter exchange, so the job does not reach
+	// the dead-letter queue, no handler runs it, no log line or error
+	// tells of it, and its producer was told it was enqueued. The wait
+	// starts each time the job enters the work queue (when it is enqueued,
+	// and again when a delay, retry or deferral brings it back from its
+	// hold queue); a job a worker is handling does not expire. Set it only
+	// for jobs that are worthless once late. Defaults to none: jobs wait
+	// until they are handled.
 	MessageTTL time.Duration
 	// Name is the logical name; the work queue is Prefix + "." + Name.
 	Name string
