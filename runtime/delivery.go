@@ -120,7 +120,14 @@ func (d *delivery) resend(ctx context.Context, err error) {
 // hold queue): diverted if queue is a work or dead-letter queue of the
 // producer's set.
 func (p *Producer) deliveryTo(queue string, msg amqp.Publishing) *delivery {
-	return &delivery{key: queue, msg: msg, divert: p.diverts[queue]}
+	d := p.direct(queue, msg)
+	return &d
+}
+
+// direct is deliveryTo's delivery as a value, for a caller that allocates
+// it as part of something larger (publishOne).
+func (p *Producer) direct(queue string, msg amqp.Publishing) delivery {
+	return delivery{key: queue, msg: msg, divert: p.diverts[queue]}
 }
 
 // publishOne publishes one message and waits for its confirm. The delivery
@@ -130,7 +137,7 @@ func (p *Producer) publishOne(ctx context.Context, key string, msg amqp.Publishi
 	one := &struct {
 		d  delivery
 		ds [1]*delivery
-	}{d: delivery{key: key, msg: msg, divert: p.diverts[key]}}
+	}{d: p.direct(key, msg)}
 	one.ds[0] = &one.d
 	p.deliver(ctx, one.ds[:])
 	return one.d.err

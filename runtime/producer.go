@@ -460,6 +460,14 @@ func (p *Producer) workName(name string) string {
 	return topology.WorkName(p.prefix, name)
 }
 
+// workNameLen is len(p.workName(name)), without building it.
+func (p *Producer) workNameLen(name string) int {
+	if p.prefix == "" {
+		return len(name)
+	}
+	return len(p.prefix) + 1 + len(name)
+}
+
 // newEnvelope builds the envelope of a new job at attempt 1, priority 0.
 func (p *Producer) newEnvelope(queue, jobType string, payload any, opts *EnqueueOptions) (Envelope, error) {
 	if strings.TrimSpace(queue) == "" {

@@ -19,19 +19,16 @@ var ErrFieldTooLong = errors.New("longer than AMQP's 255-byte limit")
 
 // checkShortStrings refuses an enqueue whose values would not fit the AMQP
 // short strings they are sent in; queue is the logical name, whose broker
-// name is the routing key. The broker name is built only to report it:
-// Enqueue builds it once more for the envelope, and this runs on every call.
+// name is the routing key. It runs on every enqueue, so it measures the
+// broker name (workNameLen) and builds it only to report it; newEnvelope
+// builds it for the envelope.
 func (p *Producer) checkShortStrings(queue, jobType string, opts *EnqueueOptions) error {
-	work := len(queue)
-	if p.prefix != "" {
-		work += len(p.prefix) + 1
-	}
 	switch {
 	case len(jobType) > maxShortString:
 		return errFieldTooLong("job type", jobType)
 	case len(opts.correlationID()) > maxShortString:
 		return errFieldTooLong("correlation id", opts.correlationID())
-	case work > maxShortString:
+	case p.workNameLen(queue) > maxShortString:
 		return errFieldTooLong("queue name", p.workName(queue))
 	}
 	return nil
