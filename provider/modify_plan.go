@@ -54,10 +54,8 @@ func (r *queueSetResource) ModifyPlan(ctx context.Context, req resource.ModifyPl
 		resp.Diagnostics.Append(r.setReplacementWarnings(ctx, state, plan)...)
 		return
 	}
-	before := map[string]queueModel{}
-	if !state.Queues.IsNull() {
-		resp.Diagnostics.Append(state.Queues.ElementsAs(ctx, &before, false)...)
-	}
+	before, diags := queueModels(ctx, state.Queues)
+	resp.Diagnostics.Append(diags...)
 	if resp.Diagnostics.HasError() {
 		return
 	}

@@ -51,6 +51,16 @@ func (r *queueSetResource) heldBy(vhost, prefix string, names []string) (held ma
 	return held, ""
 }
 
+// queueModels decodes the queues map of a state: empty when it is null.
+func queueModels(ctx context.Context, m types.Map) (map[string]queueModel, diag.Diagnostics) {
+	out := map[string]queueModel{}
+	if m.IsNull() {
+		return out, nil
+	}
+	diags := m.ElementsAs(ctx, &out, false)
+	return out, diags
+}
+
 // forceDestroyOn reports whether an apply would take force_destroy as set:
 // a value not known until apply may be true, so it counts as set.
 func forceDestroyOn(v types.Bool) bool { return v.IsUnknown() || v.ValueBool() }
@@ -103,11 +113,7 @@ func removalWarning(vhost, prefix, name string, force bool, held []string, unrea
 // state's set, then creates the plan's, and the destroy runs with the
 // state's force_destroy, not the plan's.
 func (r *queueSetResource) setReplacementWarnings(ctx context.Context, state, plan queueSetModel) diag.Diagnostics {
-	var diags diag.Diagnostics
-	before := map[string]queueModel{}
-	if !state.Queues.IsNull() {
-		diags.Append(state.Queues.ElementsAs(ctx, &before, false)...)
-	}
+	before, diags := queueModels(ctx, state.Queues)
 	if diags.HasError() {
 		return diags
 	}
@@ -132,10 +138,11 @@ func (r *queueSetResource) destroyWarnings(ctx context.Context, stateData tfsdk.
 	}
 	var state queueSetModel
 	diags.Append(stateData.Get(ctx, &state)...)
-	before := map[string]queueModel{}
-	if !diags.HasError() && !state.Queues.IsNull() {
-		diags.Append(state.Queues.ElementsAs(ctx, &before, false)...)
+	if diags.HasError() {
+		return diags
 	}
+	before, more := queueModels(ctx, state.Queues)
+	diags.Append(more...)
 	if diags.HasError() {
 		return diags
 	}
