@@ -17,6 +17,8 @@ import (
 	"syscall"
 
 	rabbithole "github.com/michaelklishin/rabbit-hole/v2"
+
+	"github.com/queuey/terraform-provider-queuey/runtime/topology"
 )
 
 // declareWorkers bounds how many management API requests one operation has
@@ -42,7 +44,8 @@ type brokerQueue struct {
 	// Type is "classic", "quorum" or "stream"; queuey only uses classic.
 	Type string
 	// Arguments holds integral JSON numbers as int64, so that they compare
-	// equal to what the topology package computes.
+	// equal to what the topology package computes, and leaves out the
+	// x-queue-type "classic" RabbitMQ 4 reports (topology.WithoutDefaults).
 	Arguments map[string]any
 	// Messages is the management API's count of ready and unacknowledged
 	// messages. The API refreshes it every few seconds, so it may lag; a
@@ -139,7 +142,7 @@ func fromInfo(q rabbithole.QueueInfo) brokerQueue {
 		Name:      q.Name,
 		Durable:   q.Durable,
 		Type:      q.Type,
-		Arguments: normalizeArgs(q.Arguments),
+		Arguments: topology.WithoutDefaults(normalizeArgs(q.Arguments)),
 		Messages:  int64(q.Messages),
 	}
 }

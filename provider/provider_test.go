@@ -21,6 +21,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/queuey/terraform-provider-queuey/internal/brokertest"
+	"github.com/queuey/terraform-provider-queuey/runtime/topology"
 )
 
 // testAccProviders serves the provider in-process to the real Terraform
@@ -105,13 +106,15 @@ func (b *testBroker) checkQueues(prefix string, want map[string]wantQueue) resou
 			if q.Type != "classic" {
 				return fmt.Errorf("queue %q type = %q, want classic", name, q.Type)
 			}
-			args := normalizeArgs(q.Arguments)
+			// The type was checked above; RabbitMQ 4 also lists it among
+			// the arguments.
+			args := topology.WithoutDefaults(normalizeArgs(q.Arguments))
 			if len(args) != len(w.args) {
-				return fmt.Errorf("queue %q arguments = %v, want %v", name, q.Arguments, w.args)
+				return fmt.Errorf("queue %q arguments = %v, want %v", name, args, w.args)
 			}
 			for k, v := range w.args {
 				if args[k] != v {
-					return fmt.Errorf("queue %q argument %s = %#v, want %#v", name, k, q.Arguments[k], v)
+					return fmt.Errorf("queue %q argument %s = %#v, want %#v", name, k, args[k], v)
 				}
 			}
 		}
@@ -302,7 +305,7 @@ func rabbitQueue(durable bool, args map[string]any) rabbithole.QueueSettings {
 }
 
 // planWarnings records the warnings the provider returns from every plan
-// Terraform asks it for, so that a test can see what an operator sees
+// and refresh Terraform asks it for, so that a test can see what an operator sees
 // above "Do you want to perform these actions?".
 type planWarnings struct {
 	mu       sync.Mutex
@@ -363,15 +366,29 @@ type recordingServer struct {
 func (s recordingServer) PlanResourceChange(ctx context.Context, req *tfprotov6.PlanResourceChangeRequest) (*tfprotov6.PlanResourceChangeResponse, error) {
 	resp, err := s.ProviderServer.PlanResourceChange(ctx, req)
 	if resp != nil {
-		s.w.mu.Lock()
-		for _, d := range resp.Diagnostics {
-			if d.Severity == tfprotov6.DiagnosticSeverityWarning {
-				s.w.warnings = append(s.w.warnings, *d)
-			}
-		}
-		s.w.mu.Unlock()
+		s.w.record(resp.Diagnostics)
 	}
 	return resp, err
+}
+
+// ReadResource records the refresh's warnings too: a plan shows them above
+// its own, so an operator reads them as the plan's.
+func (s recordingServer) ReadResource(ctx context.Context, req *tfprotov6.ReadResourceRequest) (*tfprotov6.ReadResourceResponse, error) {
+	resp, err := s.ProviderServer.ReadResource(ctx, req)
+	if resp != nil {
+		s.w.record(resp.Diagnostics)
+	}
+	return resp, err
+}
+
+func (w *planWarnings) record(diags []*tfprotov6.Diagnostic) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, d := range diags {
+		if d.Severity == tfprotov6.DiagnosticSeverityWarning {
+			w.warnings = append(w.warnings, *d)
+		}
+	}
 }
 
 // none is a TestCheckFunc: no warning since the last reset.

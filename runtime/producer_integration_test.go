@@ -55,8 +55,10 @@ func checkQueue(t *testing.T, b *testBroker, name string, durable bool, args map
 		t.Errorf("queue %s: durable=%v auto_delete=%v exclusive=%v, want durable=%v auto_delete=false exclusive=false",
 			name, q.Durable, q.AutoDelete, q.Exclusive, durable)
 	}
-	if !reflect.DeepEqual(q.Arguments, args) {
-		t.Errorf("queue %s: arguments = %#v, want exactly %#v", name, q.Arguments, args)
+	// RabbitMQ 4 adds x-queue-type "classic", the default, to every
+	// classic queue; any other type stays and fails the comparison.
+	if got := topology.WithoutDefaults(q.Arguments); !reflect.DeepEqual(got, args) {
+		t.Errorf("queue %s: arguments = %#v, want exactly %#v", name, got, args)
 	}
 }
 

@@ -34,7 +34,14 @@ const (
 	// ArgDeadLetterRoutingKey is the routing key expired messages are
 	// republished with.
 	ArgDeadLetterRoutingKey = "x-dead-letter-routing-key"
+	// ArgQueueType is a queue's type. queuey never sends it: every queue it
+	// declares is classic, the default. RabbitMQ 4 reports it among the
+	// arguments of every classic queue, declared with it or not.
+	ArgQueueType = "x-queue-type"
 )
+
+// DefaultQueueType is the type of a queue declared without ArgQueueType.
+const DefaultQueueType = "classic"
 
 // Message headers queuey sets.
 const (
@@ -185,6 +192,24 @@ func WorkArgs(q Queue) map[string]any {
 		args[ArgMessageTTL] = q.MessageTTL.Milliseconds()
 	}
 	return args
+}
+
+// WithoutDefaults returns the arguments a broker reports for a queue less
+// those that only restate a default, so that a queue reads the same on
+// every RabbitMQ version: ArgQueueType "classic", which RabbitMQ 4 adds to
+// every classic queue and 3.x does not. Any other type stays, and stays a
+// difference. args itself is returned when there is nothing to drop.
+func WithoutDefaults(args map[string]any) map[string]any {
+	if t, ok := args[ArgQueueType]; !ok || t != DefaultQueueType {
+		return args
+	}
+	out := make(map[string]any, len(args)-1)
+	for k, v := range args {
+		if k != ArgQueueType {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // DeadArgs are the arguments of every dead-letter queue: none.

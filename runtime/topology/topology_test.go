@@ -2,6 +2,8 @@ package topology_test
 
 import (
 	"fmt"
+	"maps"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -307,5 +309,32 @@ func TestParseHoldNameRejects(t *testing.T) {
 				t.Fatalf("ParseHoldName(%q) = (%q, %d, false), want zero values with false", tt.name, work, ttl)
 			}
 		})
+	}
+}
+
+func TestWithoutDefaults(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		in, want map[string]any
+	}{
+		{"RabbitMQ 4's classic is dropped",
+			map[string]any{topology.ArgQueueType: "classic", topology.ArgMaxPriority: int64(10)},
+			map[string]any{topology.ArgMaxPriority: int64(10)}},
+		{"nothing else to drop",
+			map[string]any{topology.ArgQueueType: "classic"}, map[string]any{}},
+		{"another type stays a difference",
+			map[string]any{topology.ArgQueueType: "quorum", topology.ArgMaxPriority: int64(10)},
+			map[string]any{topology.ArgQueueType: "quorum", topology.ArgMaxPriority: int64(10)}},
+		{"RabbitMQ 3's arguments are left as they are",
+			map[string]any{topology.ArgMaxPriority: int64(10)}, map[string]any{topology.ArgMaxPriority: int64(10)}},
+		{"no arguments", nil, nil},
+	} {
+		in := maps.Clone(c.in)
+		if got := topology.WithoutDefaults(c.in); !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%s: topology.WithoutDefaults(%v) = %v, want %v", c.name, c.in, got, c.want)
+		}
+		if !reflect.DeepEqual(in, c.in) {
+			t.Errorf("%s: WithoutDefaults changed its argument to %v", c.name, c.in)
+		}
 	}
 }
