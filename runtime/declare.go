@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"strings"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -27,7 +28,7 @@ func declareSet(ac *amqp.Connection, set QueueSet) error {
 	defer func() { _ = ch.Close() }()
 	for _, d := range setDeclarations(set) {
 		if err := declareQueue(ch, d.Name, d.Durable, d.Args); err != nil {
-			return err
+			return withVersion(ac, err)
 		}
 	}
 	return nil
@@ -94,7 +95,7 @@ func redeclareSet(ac *amqp.Connection, set QueueSet, logger *slog.Logger) error 
 			continue
 		}
 		if err != nil {
-			return err
+			return withVersion(ac, err)
 		}
 	}
 	return nil
@@ -147,7 +148,35 @@ func declareError(queue string, err error) error {
 	if errors.As(err, &ae) && ae.Code == amqp.PreconditionFailed {
 		return &PreconditionError{Queue: queue, Argument: inequivalentArg(ae.Reason), Detail: ae.Reason}
 	}
+	if errors.As(err, &ae) && ae.Code == amqp.InternalError && strings.Contains(ae.Reason, transientFeature) {
+		return &TransientRefusedError{Queue: queue, Detail: ae.Reason}
+	}
 	return fmt.Errorf("queuey: declare queue %q: %w", queue, err)
+}
+
+// transientFeature is the deprecated feature RabbitMQ names when it refuses
+// a transient non-exclusive queue: "INTERNAL_ERROR - Feature
+// `transient_nonexcl_queues` is deprecated. ...", a connection error (541).
+const transientFeature = "transient_nonexcl_queues"
+
+// withVersion adds the broker's version, from ac's server properties, to a
+// *TransientRefusedError, which an operator reads next to the release notes.
+func withVersion(ac *amqp.Connection, err error) error {
+	var tr *TransientRefusedError
+	if errors.As(err, &tr) && tr.Version == "" {
+		tr.Version = serverVersion(ac)
+	}
+	return err
+}
+
+// serverVersion is the "version" of ac's server properties, RabbitMQ's
+// release ("4.0.5"), or "" when the broker did not send one.
+func serverVersion(ac *amqp.Connection) string {
+	if ac == nil {
+		return ""
+	}
+	v, _ := ac.Properties["version"].(string)
+	return v
 }
 
 // inequivalentArgRE matches RabbitMQ's reply to a redeclaration with other

@@ -28,6 +28,10 @@ var (
 	ErrNameTooLong = topology.ErrNameTooLong
 	// ErrInvalidName: any name check of a queue set that failed.
 	ErrInvalidName = topology.ErrInvalidName
+	// ErrTransientRefused: the broker refuses transient (non-durable)
+	// non-exclusive queues, as RabbitMQ 4.3 does by default, and this
+	// process declares one. Matched by every *TransientRefusedError.
+	ErrTransientRefused = errors.New("broker refuses transient queues")
 	// ErrClosed: the producer or worker was closed.
 	ErrClosed = errors.New("queuey: closed")
 )
@@ -62,3 +66,38 @@ func (e *PreconditionError) Error() string {
 
 // Is makes errors.Is(err, ErrPreconditionFailed) true.
 func (e *PreconditionError) Is(target error) bool { return target == ErrPreconditionFailed }
+
+// TransientRefusedError is a declaration of a transient (non-durable)
+// queue that the broker refused because it does not permit transient
+// non-exclusive queues: RabbitMQ deprecates them from 3.13 and refuses them
+// by default from 4.3 (on 4.0–4.2 when deprecated_features.permit
+// .transient_nonexcl_queues = false). The broker closes the whole
+// connection for it, so a retry would only fail again.
+type TransientRefusedError struct {
+	// Queue is the broker name of the queue: a work queue of a NonDurable
+	// QueueConfig, or one of its hold queues.
+	Queue string
+	// Version is the broker's version from its AMQP server properties, or
+	// empty when it was not at hand.
+	Version string
+	// Detail is the broker's own reply text.
+	Detail string
+}
+
+func (e *TransientRefusedError) Error() string {
+	broker := "the broker"
+	if e.Version != "" {
+		broker = "RabbitMQ " + e.Version
+	}
+	what := "queue"
+	if _, _, hold := topology.ParseHoldName(e.Queue); hold {
+		what = "hold queue"
+	}
+	return fmt.Sprintf("queuey: %s refuses to declare %s %q: it is transient (the queue's QueueConfig sets NonDurable) and this broker does not permit transient non-exclusive queues, as RabbitMQ 4.3 and later do not by default. "+
+		"Drop NonDurable from the queue's QueueConfig (and set durable = true on it in queuey_queue_set, whose apply migrates it without losing a message), "+
+		"or permit such queues on every node with deprecated_features.permit.transient_nonexcl_queues = true in rabbitmq.conf (%s)",
+		broker, what, e.Queue, e.Detail)
+}
+
+// Is makes a *TransientRefusedError match ErrTransientRefused.
+func (e *TransientRefusedError) Is(target error) bool { return target == ErrTransientRefused }

@@ -5,11 +5,16 @@
 # debootstrap, as its own node on its own ports, sharing the host's network
 # and epmd. The 3.10 broker is never touched.
 #
-#   scripts/broker4.sh start    # idempotent: builds the root once, starts the node
-#   scripts/broker4.sh stop     # idempotent: a stopped node is fine
-#   scripts/broker4.sh status   # exit 0 when the node answers
-#   scripts/broker4.sh env      # AMQP_URL and QUEUEY_ENDPOINT of the node
-#   scripts/broker4.sh ctl ARGS # rabbitmqctl against the node
+#   scripts/broker4.sh start [strict]    # idempotent: builds the root once, starts the node
+#   scripts/broker4.sh stop [strict]     # idempotent: a stopped node is fine
+#   scripts/broker4.sh status [strict]   # exit 0 when the node answers
+#   scripts/broker4.sh env [strict]      # AMQP_URL and QUEUEY_ENDPOINT of the node
+#   scripts/broker4.sh ctl ARGS          # rabbitmqctl against the node (BROKER4_* pick another)
+#
+# "strict" is a second node on the same root, on 5681/15681/25681, that
+# refuses transient non-exclusive queues as RabbitMQ 4.3 does by default
+# (deprecated_features.permit.transient_nonexcl_queues = false): the tests of
+# queuey's answer to that refusal run against it.
 #
 # The node:
 #   name   queuey-rmq4@localhost (BROKER4_NODE)
@@ -23,16 +28,23 @@
 # INTERNAL_ERROR over AMQP and 400 through the management API).
 #
 # The root lives in $BROKER4_ROOT (default /var/lib/queuey/rabbitmq4-trixie,
-# about 575 MB; building it took 2.5 min here); the node's data and logs in
-# $BROKER4_ROOT/srv/queuey. Nothing there is committed.
+# about 575 MB; building it took 2.5 min here); each node's data and logs in
+# $BROKER4_ROOT/srv/NODE. Nothing there is committed.
 set -euo pipefail
 
+if [ "${2:-}" = strict ]; then
+	BROKER4_NODE=${BROKER4_NODE:-queuey-rmq4-strict@localhost}
+	BROKER4_PORT=${BROKER4_PORT:-5681}
+	BROKER4_MGMT_PORT=${BROKER4_MGMT_PORT:-15681}
+	BROKER4_DIST_PORT=${BROKER4_DIST_PORT:-25681}
+	BROKER4_EXTRA_CONF=${BROKER4_EXTRA_CONF:-deprecated_features.permit.transient_nonexcl_queues = false}
+fi
 ROOT=${BROKER4_ROOT:-/var/lib/queuey/rabbitmq4-trixie}
 NODE=${BROKER4_NODE:-queuey-rmq4@localhost}
 PORT=${BROKER4_PORT:-5680}
 MGMT_PORT=${BROKER4_MGMT_PORT:-15680}
 DIST_PORT=${BROKER4_DIST_PORT:-25680}
-DATA=/srv/queuey # inside the root
+DATA=/srv/${NODE%@*} # inside the root
 
 log() { printf 'broker4: %s\n' "$*" >&2; }
 
@@ -77,9 +89,19 @@ mount_root() {
 	cp /etc/resolv.conf "$r/etc/resolv.conf" 2>/dev/null || true
 }
 
+# in_use reports whether a process still runs inside root r (another node).
+in_use() {
+	local p
+	for p in /proc/[0-9]*; do
+		[ "$(readlink "$p/root" 2>/dev/null)" = "$1" ] && return 0
+	done
+	return 1
+}
+
 umount_root() {
 	local r=$1
 	[ -d "$r" ] || return 0
+	in_use "$r" && return 0
 	mountpoint -q "$r/dev" && umount "$r/dev"
 	mountpoint -q "$r/proc" && umount "$r/proc"
 	return 0
@@ -161,6 +183,13 @@ stop() {
 		log "stopping $NODE"
 		ctl -q stop "$DATA/node.pid" >/dev/null 2>&1 || ctl -q stop >/dev/null 2>&1 || true
 	fi
+	# The node's Erlang process takes a moment to leave after stop returns.
+	local pid
+	pid=$(cat "$ROOT$DATA/node.pid" 2>/dev/null || true)
+	for _ in $(seq 1 20); do
+		[ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || break
+		sleep 0.5
+	done
 	umount_root "$ROOT"
 	log "$NODE is stopped"
 }

@@ -75,6 +75,22 @@ func FromEnv() Env {
 	}
 }
 
+// Strict is the broker of QUEUEY_STRICT_AMQP_URL and QUEUEY_STRICT_ENDPOINT
+// (same credentials as FromEnv): one that refuses transient non-exclusive
+// queues, as RabbitMQ 4.3 does by default. `bash scripts/broker4.sh start
+// strict` starts one and `bash scripts/broker4.sh env strict` prints where;
+// scripts/test.sh sets both variables, so there the tests that need it run
+// and never skip.
+func Strict(t TB) Env {
+	t.Helper()
+	env := FromEnv()
+	env.AMQPURL, env.Endpoint = os.Getenv("QUEUEY_STRICT_AMQP_URL"), strings.TrimRight(os.Getenv("QUEUEY_STRICT_ENDPOINT"), "/")
+	if env.AMQPURL == "" || env.Endpoint == "" {
+		t.Skip("needs a broker that refuses transient queues: `bash scripts/broker4.sh start strict`, then set QUEUEY_STRICT_AMQP_URL and QUEUEY_STRICT_ENDPOINT to what `bash scripts/broker4.sh env strict` prints")
+	}
+	return env
+}
+
 // Unreachable is the error of a test whose broker did not answer: what
 // (AMQP, the management API) at where, and how to start one.
 func Unreachable(what, where string, err error) error {
