@@ -35,6 +35,10 @@ type broker struct {
 	// which changes what a refused TLS handshake asks the user to do.
 	clientCert bool
 	client     *rabbithole.Client
+
+	// mu guards transient, what transientPolicy found per vhost.
+	mu        sync.Mutex
+	transient map[string]transientAnswer
 }
 
 // brokerQueue is one queue as the management API lists it.

@@ -15,7 +15,8 @@ import (
 // arguments change, with its message count, and about every queue it will
 // delete with messages (removed, or in a set replaced or destroyed;
 // plan_warnings.go), since that is what an operator must see before
-// approving.
+// approving; and about every durable = false queue on a broker that
+// refuses or deprecates transient queues (transient.go).
 func (r *queueSetResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
 	if req.Plan.Raw.IsNull() {
 		// A destroy: Delete checks for messages again, and refuses or
@@ -42,6 +43,9 @@ func (r *queueSetResource) ModifyPlan(ctx context.Context, req resource.ModifyPl
 		return
 	}
 	resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("queues"), m)...)
+	if !plan.Vhost.IsUnknown() {
+		resp.Diagnostics.Append(r.transientDiagnostics(plan.Vhost.ValueString(), plan.Prefix.ValueString(), queues)...)
+	}
 
 	if req.State.Raw.IsNull() {
 		return

@@ -61,8 +61,15 @@ type testBroker struct {
 func newTestBroker(t *testing.T) *testBroker {
 	t.Helper()
 	brokertest.Acceptance(t)
-	s := brokertest.Open(t, brokertest.FromEnv())
-	return &testBroker{t: t, shared: s, env: getTestEnv(), mgmt: s.API, conn: s.Dial()}
+	return openTestBroker(t, brokertest.FromEnv())
+}
+
+// openTestBroker is newTestBroker on the broker of env.
+func openTestBroker(t *testing.T, e brokertest.Env) *testBroker {
+	t.Helper()
+	s := brokertest.Open(t, e)
+	env := testEnv{endpoint: e.Endpoint, username: e.Username, password: e.Password, amqpURL: e.AMQPURL}
+	return &testBroker{t: t, shared: s, env: env, mgmt: s.API, conn: s.Dial()}
 }
 
 // uniquePrefix gives each test its own queues, and deletes whatever is left
@@ -208,8 +215,9 @@ func (b *testBroker) checkDestroyed(prefix string) resource.TestCheckFunc {
 	}
 }
 
-// providerBlock configures the provider for the test broker, at endpoint
-// when one is given.
+// providerBlock configures the provider for the test broker: its
+// management API, or endpoint when one is given, and its AMQP URL, which
+// migrations use, so that a test of another broker migrates there.
 func (b *testBroker) providerBlock(endpoint string) string {
 	if endpoint == "" {
 		endpoint = b.env.endpoint
@@ -217,10 +225,11 @@ func (b *testBroker) providerBlock(endpoint string) string {
 	return fmt.Sprintf(`
 provider "queuey" {
   endpoint = %q
+  amqp_url = %q
   username = %q
   password = %q
 }
-`, endpoint, b.env.username, b.env.password)
+`, endpoint, b.env.amqpURL, b.env.username, b.env.password)
 }
 
 // countingProxy sits between the provider and the management API and
