@@ -37,7 +37,9 @@ type QueueConfig struct {
 	Name string
 	// NonDurable declares the work queue and its hold queues transient.
 	// Defaults to false: queues survive a broker restart. The dead-letter
-	// queue is durable either way.
+	// queue is durable either way. RabbitMQ deprecates transient queues
+	// from 3.13 and refuses them by default from 4.3: there a producer or
+	// worker pool of the set fails to start with ErrTransientRefused.
 	NonDurable bool
 	// Prefetch is how many unacknowledged deliveries a worker takes from
 	// this queue at once. Defaults to 16.
