@@ -51,7 +51,15 @@ func (r *queueSetResource) runStep(ctx context.Context, vhost string, s step) er
 // them back (see package migrate). Called for a queue whose migration queue
 // was left behind by an apply that died, it finishes that migration.
 func (r *queueSetResource) replaceQueue(ctx context.Context, vhost string, d topology.Declaration) error {
-	res, err := migrate.MigrateURL(ctx, r.data.amqpURL, vhost, r.data.amqpConfig, d.Name, d.Args, d.Durable, nil)
+	ac, err := migrate.Dial(r.data.amqpURL, vhost, r.data.amqpConfig)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errMigration, err)
+	}
+	defer func() { _ = ac.Close() }()
+	if err := r.data.broker.sameCluster(ac, r.data.amqpURL); err != nil {
+		return err
+	}
+	res, err := migrate.Migrate(ctx, ac, d.Name, d.Args, d.Durable, nil)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errMigration, err)
 	}

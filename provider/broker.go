@@ -17,6 +17,7 @@ import (
 	"syscall"
 
 	rabbithole "github.com/michaelklishin/rabbit-hole/v2"
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/queuey/terraform-provider-queuey/runtime/topology"
 )
@@ -36,9 +37,46 @@ type broker struct {
 	clientCert bool
 	client     *rabbithole.Client
 
-	// mu guards transient, what transientPolicy found per vhost.
+	// mu guards transient, what transientPolicy found per vhost, and
+	// overview, the broker's /api/overview once read.
 	mu        sync.Mutex
 	transient map[string]transientAnswer
+	overview  *rabbithole.Overview
+}
+
+// readOverview is the broker's /api/overview, read once per provider
+// process: its version does not change under a plan. The caller holds
+// b.mu.
+func (b *broker) readOverview() (*rabbithole.Overview, error) {
+	if b.overview != nil {
+		return b.overview, nil
+	}
+	ov, err := b.client.Overview()
+	if err != nil {
+		return nil, err
+	}
+	b.overview = ov
+	return ov, nil
+}
+
+// sameCluster checks that ac, dialled at amqpURL for a migration, reaches
+// the cluster the management API manages. Both name it (the AMQP server
+// property cluster_name, the overview's cluster_name); a provider whose
+// amqp_url points elsewhere (the default is the endpoint's host on 5672)
+// would otherwise move messages of a queue of the same name on another
+// broker while it redeclares nothing on this one.
+func (b *broker) sameCluster(ac *amqp.Connection, amqpURL string) error {
+	cn, err := b.client.GetClusterName()
+	if err != nil {
+		return fmt.Errorf("read the management API's cluster name, to check that amqp_url reaches the same broker: %w", err)
+	}
+	viaAMQP, _ := ac.Properties["cluster_name"].(string)
+	if viaAMQP == "" || cn.Name == "" || viaAMQP == cn.Name {
+		return nil
+	}
+	return fmt.Errorf("amqp_url %s reaches RabbitMQ cluster %q, but endpoint %s manages cluster %q: a migration would move the messages of a queue of that name on the other broker. "+
+		"Nothing was changed. Set amqp_url (or QUEUEY_AMQP_URL) to the AMQP listener of the endpoint's broker",
+		redactURL(amqpURL), viaAMQP, b.endpoint, cn.Name)
 }
 
 // brokerQueue is one queue as the management API lists it.
@@ -391,4 +429,13 @@ func closedAfterDial(err error) bool {
 	}
 	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+}
+
+// redactURL is u without its password, for an error message.
+func redactURL(u string) string {
+	parsed, err := url.Parse(u)
+	if err != nil {
+		return "(an unreadable URL)"
+	}
+	return parsed.Redacted()
 }

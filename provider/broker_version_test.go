@@ -155,3 +155,50 @@ func TestAccQueueSet_transientQueueWarnings(t *testing.T) {
 		}},
 	})
 }
+
+// TestAccQueueSet_migrationRefusesAnAMQPURLOfAnotherBroker pins that a
+// migration checks that amqp_url reaches the broker the endpoint manages:
+// with amqp_url pointing at another broker (here the strict node), the
+// apply of a priority change fails, saying so, and the queue keeps its
+// arguments and its messages, where before the migration ran on the other
+// broker.
+func TestAccQueueSet_migrationRefusesAnAMQPURLOfAnotherBroker(t *testing.T) {
+	b := newTestBroker(t)
+	other := brokertest.Strict(t)
+	p := b.uniquePrefix("elsewhere")
+	ob := brokertest.Open(t, other)
+	ob.Own(p) // whatever a migration on the wrong broker made goes too
+	wrong := strings.Replace(b.providerBlock(""), fmt.Sprintf("amqp_url = %q", b.env.amqpURL), fmt.Sprintf("amqp_url = %q", other.AMQPURL), 1)
+	if wrong == b.providerBlock("") {
+		t.Fatal("the provider block has no amqp_url to replace")
+	}
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: testAccProviders,
+		CheckDestroy:             b.checkDestroyed(p),
+		Steps: []resource.TestStep{{
+			Config: b.providerBlock("") + setConfig(p, true, `a = {}`),
+		}, {
+			PreConfig: func() {
+				b.publish(work(p, "a"), 3)
+				b.waitManagementCount(work(p, "a"), 3)
+			},
+			Config:      wrong + setConfig(p, true, `a = { max_priority = 4 }`),
+			ExpectError: regexp.MustCompile(`(?s)reaches\s+RabbitMQ\s+cluster\s+"[^"]+",\s+but\s+endpoint.*manages\s+cluster.*Nothing\s+was\s+changed`),
+		}, {
+			Config: b.providerBlock("") + setConfig(p, true, `a = {}`),
+			Check: resource.ComposeAggregateTestCheckFunc(
+				b.checkCount(work(p, "a"), 3),
+				b.checkQueues(p, map[string]wantQueue{
+					work(p, "a"): {true, map[string]any{topology.ArgMaxPriority: int64(10)}},
+					dead(p, "a"): {true, map[string]any{}},
+				}),
+				func(*terraformState) error {
+					if left := ob.Queues(p); len(left) > 0 {
+						return fmt.Errorf("the refused migration made %d queues of %q on the other broker", len(left), p)
+					}
+					return nil
+				},
+			),
+		}},
+	})
+}

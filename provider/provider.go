@@ -130,6 +130,7 @@ func (p *queueyProvider) Schema(_ context.Context, _ provider.SchemaRequest, res
 				MarkdownDescription: "AMQP URL of the same broker, such as `amqps://user:password@rabbit.example.com:5671/`, " +
 					"over which a queue whose arguments change is migrated: its messages moved aside and back. " +
 					"The virtual host of each queue set is used whatever the URL's path says, and the TLS settings below apply to `amqps` too. " +
+					"A migration first checks that it reaches the cluster the endpoint manages (their cluster names), and refuses, changing nothing, when it does not. " +
 					"(default: the endpoint's host with `username` and `password`, on port 5672, or `amqps` on 5671 when the endpoint is https)" + env("amqp_url"),
 			},
 			"ca_file": schema.StringAttribute{

@@ -61,7 +61,7 @@ func (b *broker) transientPolicy(vhost, prefix string) (transientAnswer, error) 
 	if a, ok := b.transient[vhost]; ok {
 		return a, nil
 	}
-	ov, err := b.client.Overview()
+	ov, err := b.readOverview()
 	if err != nil {
 		return transientAnswer{}, fmt.Errorf("read the broker's version: %w", err)
 	}
