@@ -124,7 +124,7 @@ func TestAccQueueSet_transientQueueWarnings(t *testing.T) {
 			// Terraform plans twice, before the apply and during it.
 			seen := warnings.seen()
 			for _, d := range seen {
-				if d.Summary != "Transient Queue Deprecated" ||
+				if d.Summary != summaryTransientDeprecated ||
 					!strings.Contains(d.Detail, "RabbitMQ "+ov.RabbitMQVersion+" accepts transient") ||
 					!strings.Contains(d.Detail, fmt.Sprintf("Queue %q sets durable = false", "fleeting")) {
 					return fmt.Errorf("RabbitMQ %s: plan warning %q: %s; want only Transient Queue Deprecated about \"fleeting\"", ov.RabbitMQVersion, d.Summary, d.Detail)

@@ -346,7 +346,7 @@ func TestAccQueueSet_driftAndImport(t *testing.T) {
 					expectChangedQueues(addr, "a", "b"),
 				},
 			},
-			Check: resource.ComposeAggregateTestCheckFunc(b.checkQueues(p, withHold(want, p)), warnings.none()),
+			Check: resource.ComposeAggregateTestCheckFunc(b.checkQueues(p, withHold(want, p)), warnings.noneBut(summaryTransientDeprecated)),
 		}, {
 			// Both of b's queues gone: b is planned back whole.
 			PreConfig: func() {
@@ -360,7 +360,7 @@ func TestAccQueueSet_driftAndImport(t *testing.T) {
 					expectChangedQueues(addr, "b"),
 				},
 			},
-			Check: resource.ComposeAggregateTestCheckFunc(b.checkQueues(p, withHold(want, p)), warnings.none()),
+			Check: resource.ComposeAggregateTestCheckFunc(b.checkQueues(p, withHold(want, p)), warnings.noneBut(summaryTransientDeprecated)),
 		}, {
 			// c's arguments changed behind Terraform's back: planned as a
 			// replacement of c alone, carried out since c is empty.

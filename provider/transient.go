@@ -47,6 +47,12 @@ type transientAnswer struct {
 	version string
 }
 
+// The summaries of the plan's diagnostics about transient queues.
+const (
+	summaryTransientRefused    = "Transient Queue Refused"
+	summaryTransientDeprecated = "Transient Queue Deprecated"
+)
+
 // transientFeature is the deprecated feature RabbitMQ names when it refuses
 // a transient queue.
 const transientFeature = "transient_nonexcl_queues"
@@ -141,14 +147,14 @@ func (r *queueSetResource) transientDiagnostics(vhost, prefix string, queues map
 		work := topology.WorkName(prefix, name)
 		switch a.policy {
 		case transientRefused:
-			diags.AddAttributeError(at, "Transient Queue Refused",
+			diags.AddAttributeError(at, summaryTransientRefused,
 				fmt.Sprintf("RabbitMQ %s refuses transient (non-durable) non-exclusive queues: its deprecated feature %s is not permitted, as from RabbitMQ 4.3 by default. "+
 					"Queue %q sets durable = false, so the broker would refuse its work queue %q and the hold queues of its delays and retries. "+
 					"Set durable = true (the default; for a queue that exists, the apply migrates it without losing a message, and the runtime's QueueConfig then drops NonDurable), "+
 					"or permit transient queues on every node with deprecated_features.permit.%s = true in rabbitmq.conf.",
 					a.version, transientFeature, name, work, transientFeature))
 		case transientDeprecated:
-			diags.AddAttributeWarning(at, "Transient Queue Deprecated",
+			diags.AddAttributeWarning(at, summaryTransientDeprecated,
 				fmt.Sprintf("RabbitMQ %s accepts transient (non-durable) non-exclusive queues, but deprecates them, and RabbitMQ 4.3 refuses them by default. "+
 					"Queue %q sets durable = false, so its work queue %q and the hold queues of its delays and retries are transient. "+
 					"Set durable = true before upgrading (for a queue that exists, the apply migrates it without losing a message).",
