@@ -37,31 +37,14 @@ type broker struct {
 	clientCert bool
 	client     *rabbithole.Client
 
-	// mu guards transient, what transientPolicy found per vhost, and
-	// overview, the broker's /api/overview once read.
+	// mu guards transient, what transientPolicy found per vhost.
 	mu        sync.Mutex
 	transient map[string]transientAnswer
-	overview  *rabbithole.Overview
-}
-
-// readOverview is the broker's /api/overview, read once per provider
-// process: its version does not change under a plan. The caller holds
-// b.mu.
-func (b *broker) readOverview() (*rabbithole.Overview, error) {
-	if b.overview != nil {
-		return b.overview, nil
-	}
-	ov, err := b.client.Overview()
-	if err != nil {
-		return nil, err
-	}
-	b.overview = ov
-	return ov, nil
 }
 
 // sameCluster checks that ac, dialled at amqpURL for a migration, reaches
 // the cluster the management API manages. Both name it (the AMQP server
-// property cluster_name, the overview's cluster_name); a provider whose
+// property cluster_name, the API's /api/cluster-name); a provider whose
 // amqp_url points elsewhere (the default is the endpoint's host on 5672)
 // would otherwise move messages of a queue of the same name on another
 // broker while it redeclares nothing on this one.

@@ -168,10 +168,9 @@ func TestAccQueueSet_migrationRefusesAnAMQPURLOfAnotherBroker(t *testing.T) {
 	p := b.uniquePrefix("elsewhere")
 	ob := brokertest.Open(t, other)
 	ob.Own(p) // whatever a migration on the wrong broker made goes too
-	wrong := strings.Replace(b.providerBlock(""), fmt.Sprintf("amqp_url = %q", b.env.amqpURL), fmt.Sprintf("amqp_url = %q", other.AMQPURL), 1)
-	if wrong == b.providerBlock("") {
-		t.Fatal("the provider block has no amqp_url to replace")
-	}
+	elsewhere := *b
+	elsewhere.env.amqpURL = other.AMQPURL
+	wrong := elsewhere.providerBlock("") // the test broker's endpoint, the other's AMQP URL
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: testAccProviders,
 		CheckDestroy:             b.checkDestroyed(p),

@@ -67,7 +67,7 @@ func (b *broker) transientPolicy(vhost, prefix string) (transientAnswer, error) 
 	if a, ok := b.transient[vhost]; ok {
 		return a, nil
 	}
-	ov, err := b.readOverview()
+	ov, err := b.client.Overview()
 	if err != nil {
 		return transientAnswer{}, fmt.Errorf("read the broker's version: %w", err)
 	}
