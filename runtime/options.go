@@ -38,6 +38,9 @@ type ProducerOptions struct {
 	// Logger receives connection loss and reconnection events. Defaults to
 	// slog.Default().
 	Logger *slog.Logger
+	// Middleware wraps every enqueue call, the first outermost (see
+	// ProducerMiddleware). Defaults to none.
+	Middleware []ProducerMiddleware
 	// UnroutableRetry is how long a publish onto a work or dead-letter
 	// queue of the producer's declared set keeps being retried, with
 	// backoff (50 ms doubling to 1 s), while the broker returns it as

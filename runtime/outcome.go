@@ -7,6 +7,8 @@ import (
 	"runtime/debug"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+
 	"github.com/queuey/terraform-provider-queuey/runtime/topology"
 )
 
@@ -117,6 +119,9 @@ type Outcome struct {
 	// env is the decoded envelope, nil for a malformed one; the pool
 	// republishes from it.
 	env *Envelope
+	// ctx is the context the handler ran with, through the middleware;
+	// nil when no handler ran or there is no middleware.
+	ctx context.Context
 }
 
 // Dispatcher is the decision half of a worker pool, without a broker: it
@@ -130,6 +135,9 @@ type Dispatcher struct {
 	// queueRetry holds the QueueConfig.Retry of the pool's queues, by
 	// logical name; empty for a dispatcher without a queue set.
 	queueRetry map[string]*RetryPolicy
+	// chain is the options' middleware around the handler; nil when there
+	// is none.
+	chain JobHandler
 }
 
 // NewDispatcher checks the registry and the options the way building a pool
@@ -149,7 +157,11 @@ func NewDispatcher(workers *Workers, opts *WorkerOptions) (*Dispatcher, error) {
 			return nil, fmt.Errorf("retry override for job kind %q: no worker handles that kind (registered: %v)", kind, workers.Kinds())
 		}
 	}
-	return &Dispatcher{workers: workers, opts: o}, nil
+	d := &Dispatcher{workers: workers, opts: o}
+	if len(o.Middleware) > 0 {
+		d.chain = chainWorker(o.Middleware)
+	}
+	return d, nil
 }
 
 // Dispatch handles one message body taken from the logical queue queue and
@@ -158,15 +170,24 @@ func NewDispatcher(workers *Workers, opts *WorkerOptions) (*Dispatcher, error) {
 // (it is abandoned, or it fails with context.Canceled) is not counted as an
 // attempt: the outcome is ActionRequeue.
 func (d *Dispatcher) Dispatch(ctx context.Context, queue string, body []byte) Outcome {
+	return d.dispatch(ctx, queue, body, nil, time.Now())
+}
+
+// dispatch is Dispatch of a delivery with headers, received at received.
+func (d *Dispatcher) dispatch(ctx context.Context, queue string, body []byte, headers amqp.Table, received time.Time) Outcome {
 	env, err := decodeEnvelope(body)
 	if err != nil {
 		return Outcome{Action: ActionDeadLetter, Reason: ReasonMalformedEnvelope, Err: err}
 	}
-	return d.DispatchEnvelope(ctx, queue, env)
+	return d.dispatchEnvelope(ctx, queue, env, headers, received)
 }
 
 // DispatchEnvelope is Dispatch for an envelope already decoded.
 func (d *Dispatcher) DispatchEnvelope(ctx context.Context, queue string, env Envelope) Outcome {
+	return d.dispatchEnvelope(ctx, queue, env, nil, time.Now())
+}
+
+func (d *Dispatcher) dispatchEnvelope(ctx context.Context, queue string, env Envelope, headers amqp.Table, received time.Time) Outcome {
 	jc := jobContextFromEnvelope(env)
 	h, ok := d.workers.handlers[env.JobType]
 	if !ok {
@@ -192,12 +213,23 @@ func (d *Dispatcher) DispatchEnvelope(ctx context.Context, queue string, env Env
 	if p.hasTimeout {
 		timeout = p.timeout
 	}
-	err = runJob(ctx, p, jc, timeout)
-	if ctx.Err() != nil && interrupted(err) {
-		return Outcome{Action: ActionRequeue, Err: err, Job: jc, Policy: policy, env: &env}
+	var run *JobRun
+	work := func(ctx context.Context) error { return p.run(ctx, jc) }
+	if d.chain != nil {
+		run = &JobRun{Job: jc, Headers: headers, ReadyAt: readyAt(headers, jc.EnqueuedAt), Received: received, work: p.run}
+		work = func(ctx context.Context) error { return d.chain(ctx, run) }
 	}
-	o := classify(jc, err, policy, d.opts.RetryGranularity, d.opts.DeferGranularity, nil)
+	err = runJob(ctx, jc, timeout, work)
+	var o Outcome
+	if ctx.Err() != nil && interrupted(err) {
+		o = Outcome{Action: ActionRequeue, Err: err, Job: jc, Policy: policy}
+	} else {
+		o = classify(jc, err, policy, d.opts.RetryGranularity, d.opts.DeferGranularity, nil)
+	}
 	o.env = &env
+	if run != nil {
+		o.ctx = run.context()
+	}
 	return o
 }
 
@@ -216,7 +248,7 @@ const AbandonGrace = 100 * time.Millisecond
 // AbandonGrace is abandoned: the delivery is settled without it, because a
 // handler that ignores its context would otherwise hold a delivery, and a
 // shutdown, forever.
-func runJob(ctx context.Context, p *preparedJob, jc JobContext, timeout time.Duration) error {
+func runJob(ctx context.Context, jc JobContext, timeout time.Duration, work func(context.Context) error) error {
 	ctx = WithJobContext(ctx, jc)
 	var cancel context.CancelFunc
 	if timeout > 0 {
@@ -233,7 +265,7 @@ func runJob(ctx context.Context, p *preparedJob, jc JobContext, timeout time.Dur
 				done <- &PanicError{Value: r, Stack: debug.Stack()}
 			}
 		}()
-		done <- p.run(ctx, jc)
+		done <- work(ctx)
 	}()
 
 	var err error

@@ -71,8 +71,12 @@ type Producer struct {
 	// (see publishHeld); read by tests.
 	heldRenewals, heldResends atomic.Int64
 	// lateConfirms counts the jobs routed by a probe and confirmed
-	// divert.Grace or more after it (see judge); read by tests.
+	// divert.Grace or more after it (see judge), each sent again.
 	lateConfirms atomic.Int64
+
+	// enqueue is the options' middleware around an enqueue call's
+	// publish; nil when there is none.
+	enqueue EnqueueFunc
 
 	mu       sync.RWMutex
 	closed   bool
@@ -183,6 +187,7 @@ func newProducer(c *conn, set *QueueSet, prefix string, opts *ProducerOptions, s
 		prefix:  prefix,
 		pool:    make(chan confirmer, o.Channels),
 		closing: make(chan struct{}),
+		enqueue: chainProducer(o.Middleware),
 	}
 	if s == nil {
 		s = &seams{}
@@ -244,10 +249,28 @@ func (p *Producer) Enqueue(ctx context.Context, queue, jobType string, payload a
 	if err != nil {
 		return "", err
 	}
-	if err := p.publishEnvelope(ctx, env, 0); err != nil {
+	if err := p.enqueueOne(ctx, queue, env, 0, false); err != nil {
 		return "", err
 	}
 	return env.JobID, nil
+}
+
+// enqueueOne publishes a new job's envelope, held for ttl ms when ttl > 0,
+// through the producer's middleware.
+func (p *Producer) enqueueOne(ctx context.Context, queue string, env Envelope, ttl int64, deferred bool) error {
+	if p.enqueue == nil {
+		return p.publishEnvelope(ctx, env, ttl)
+	}
+	job := outgoingJob(queue, env, ttl, deferred)
+	call := &EnqueueCall{Jobs: []*OutgoingJob{job}}
+	call.publish = func(ctx context.Context) error { return p.publishEnvelopeWith(ctx, env, ttl, job.Headers) }
+	return p.enqueue(ctx, call)
+}
+
+// outgoingJob is how middleware sees a new job's envelope.
+func outgoingJob(queue string, env Envelope, ttl int64, deferred bool) *OutgoingJob {
+	return &OutgoingJob{ID: env.JobID, Type: env.JobType, Queue: queue, WorkQueue: env.Queue, CorrelationID: env.CorrelationID,
+		Delay: time.Duration(ttl) * time.Millisecond, Deferred: deferred}
 }
 
 // EnqueueAfter publishes a job that a worker can take once delay has passed,
@@ -319,7 +342,7 @@ func (p *Producer) enqueueHeld(ctx context.Context, queue, jobType string, paylo
 		// by no one yet.
 		env.Priority = uint8(q.MaxPriority)
 	}
-	if err := p.publishEnvelope(ctx, env, ttl); err != nil {
+	if err := p.enqueueOne(ctx, queue, env, ttl, deferred); err != nil {
 		return "", err
 	}
 	return env.JobID, nil
@@ -379,7 +402,7 @@ func (e *BatchError) Unwrap() []error {
 // the others are still enqueued and the error is a *BatchError saying which.
 func (p *Producer) EnqueueBatch(ctx context.Context, jobs []BatchJob) ([]string, error) {
 	ids := make([]string, len(jobs))
-	out := make([]*delivery, len(jobs))
+	envs := make([]Envelope, len(jobs))
 	for i, j := range jobs {
 		if err := p.checkShortStrings(j.Queue, j.JobType, j.Options); err != nil {
 			return nil, fmt.Errorf("queuey: batch job %d: %w", i, err)
@@ -388,30 +411,81 @@ func (p *Producer) EnqueueBatch(ctx context.Context, jobs []BatchJob) ([]string,
 		if err != nil {
 			return nil, fmt.Errorf("queuey: batch job %d: %w", i, err)
 		}
-		msg, err := newPublishing(env, persistent(p.queueConfig(env.Queue)), nil)
-		if err != nil {
-			return nil, fmt.Errorf("queuey: batch job %d: %w", i, err)
+		ids[i], envs[i] = env.JobID, env
+	}
+	if p.enqueue == nil {
+		return ids, p.publishBatch(ctx, envs, nil)
+	}
+	call := &EnqueueCall{Batch: true, Jobs: make([]*OutgoingJob, len(jobs))}
+	for i, env := range envs {
+		call.Jobs[i] = outgoingJob(jobs[i].Queue, env, 0, false)
+	}
+	call.publish = func(ctx context.Context) error { return p.publishBatch(ctx, envs, call.Jobs) }
+	return ids, p.enqueue(ctx, call)
+}
+
+// publishBatch publishes a batch's envelopes, with the headers of its
+// outgoing jobs when there are any, and returns nil or a *BatchError.
+func (p *Producer) publishBatch(ctx context.Context, envs []Envelope, jobs []*OutgoingJob) error {
+	out := make([]*delivery, len(envs))
+	for i, env := range envs {
+		var headers amqp.Table
+		if jobs != nil {
+			headers = jobs[i].Headers
 		}
-		ids[i] = env.JobID
+		msg, err := newPublishing(env, persistent(p.queueConfig(env.Queue)), headers)
+		if err != nil {
+			return fmt.Errorf("queuey: batch job %d: %w", i, err)
+		}
 		out[i] = p.deliveryTo(env.Queue, msg)
 	}
 	if err := p.begin(); err != nil {
-		return nil, err
+		return err
 	}
 	defer p.end()
 	for start := 0; start < len(out); start += maxChunk {
 		p.deliver(ctx, out[start:min(start+maxChunk, len(out))])
 	}
-	errs := make([]error, len(jobs))
+	errs := make([]error, len(envs))
 	failed := false
 	for i, d := range out {
 		errs[i] = d.err
 		failed = failed || d.err != nil
 	}
 	if failed {
-		return ids, &BatchError{Errs: errs}
+		return &BatchError{Errs: errs}
 	}
-	return ids, nil
+	return nil
+}
+
+// ProducerStats are a producer's counters since it was built: the costs of
+// its guarantees, which an ordinary publish does not pay.
+type ProducerStats struct {
+	// DivertProbes is how many divert probes the producer sent: one per
+	// work or dead-letter queue every divert.Recheck while it publishes to
+	// it (see Producer).
+	DivertProbes int64
+	// LateConfirms is how many jobs were confirmed so long after the probe
+	// that routed them that they were sent again (a duplicate, never a
+	// loss).
+	LateConfirms int64
+	// HoldRenewals is how many hold queues were declared again because a
+	// held job's confirm came later than one delay step after the
+	// declaration.
+	HoldRenewals int64
+	// HoldResends is how many held jobs were sent again because their hold
+	// queue may have expired with them, or had before they arrived.
+	HoldResends int64
+}
+
+// Stats returns the producer's counters; safe to call at any time.
+func (p *Producer) Stats() ProducerStats {
+	return ProducerStats{
+		DivertProbes: p.probesSent.Load(),
+		LateConfirms: p.lateConfirms.Load(),
+		HoldRenewals: p.heldRenewals.Load(),
+		HoldResends:  p.heldResends.Load(),
+	}
 }
 
 // Close waits for the publishes in flight, then closes the producer's

@@ -175,6 +175,12 @@ func (p *Producer) publishEnvelopeWith(ctx context.Context, env Envelope, holdTT
 	if err != nil {
 		return err
 	}
+	// When the job is to be runnable, for a worker to measure how late it
+	// started (JobRun.ReadyAt): written for a held job, and renewed for a
+	// job whose carried-over headers have it.
+	if _, carried := headers[topology.HeaderReadyAt]; holdTTLms > 0 || carried {
+		msg.Headers[topology.HeaderReadyAt] = msg.Timestamp.UnixMilli() + holdTTLms
+	}
 	if holdTTLms == 0 {
 		return p.publishOne(ctx, env.Queue, msg)
 	}

@@ -34,26 +34,40 @@ var _ publisher = (*Producer)(nil)
 
 // settle carries out an outcome: for anything but an ack, it publishes first
 // and acknowledges only once the broker confirmed the publish. A delivery
-// whose publish failed is returned to its queue.
-func (s *subscription) settle(d amqp.Delivery, o Outcome, took time.Duration) {
+// whose publish failed is returned to its queue, and settle returns why.
+// Its records about the job are logged with the context the handler ran
+// with, for what middleware put there.
+func (s *subscription) settle(d amqp.Delivery, o Outcome, took time.Duration) error {
+	ctx := o.context(context.Background())
+	log := s.pool.log
 	switch o.Action {
 	case ActionRequeue:
 		if s.giveBack(d, o) {
-			s.pool.log.Warn("queuey: job interrupted by the shutdown; returned to the queue at the same attempt", append(s.settleAttrs(o), "duration", took)...)
+			log.WarnContext(ctx, "queuey: job interrupted by the shutdown; returned to the queue at the same attempt", append(s.settleAttrs(o), "duration", took)...)
 		}
 	case ActionAck:
 		// The common case: no publish to bound, and no log record to
 		// build when Debug is off. A success is logged at Debug: a busy
 		// worker should not write a line per job by default.
-		s.ack(d, o)
-		if s.pool.log.Enabled(context.Background(), slog.LevelDebug) {
-			s.pool.log.Debug("queuey: job done", append(s.settleAttrs(o), "duration", took)...)
+		err := s.ack(d, o)
+		if log.Enabled(ctx, slog.LevelDebug) {
+			log.DebugContext(ctx, "queuey: job done", append(s.settleAttrs(o), "duration", took)...)
 		}
+		return err
 	case ActionRetry, ActionDefer:
-		s.republish(d, o)
+		return s.republish(ctx, d, o)
 	case ActionDeadLetter:
-		s.deadLetter(d, o)
+		return s.deadLetter(ctx, d, o)
 	}
+	return nil
+}
+
+// context is the context o's handler ran with, or else def.
+func (o Outcome) context(def context.Context) context.Context {
+	if o.ctx != nil {
+		return o.ctx
+	}
+	return def
 }
 
 // settleAttrs are the log attributes every record about a job starts with:
@@ -66,7 +80,7 @@ func (s *subscription) settleAttrs(o Outcome) []any {
 // republish settles a retry or a deferral: the job goes back to its work
 // queue through a hold queue, as the next attempt (at priority 0) or as the
 // same attempt deferred (at the queue's max priority, ahead of the backlog).
-func (s *subscription) republish(d amqp.Delivery, o Outcome) {
+func (s *subscription) republish(logCtx context.Context, d amqp.Delivery, o Outcome) error {
 	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
 	defer cancel()
 	env := *o.env
@@ -79,20 +93,21 @@ func (s *subscription) republish(d amqp.Delivery, o Outcome) {
 		env.Priority = s.q.maxPriority
 	}
 	if err := s.pool.pub.publishEnvelopeWith(ctx, env, o.HoldTTL.Milliseconds(), withoutDeadLetterHeaders(d.Headers)); err != nil {
-		s.requeue(d, o, err)
-		return
+		s.requeue(logCtx, d, o, err)
+		return err
 	}
-	s.ack(d, o)
+	err := s.ack(d, o)
 	if o.Action == ActionRetry {
-		s.pool.log.Warn("queuey: job failed; retrying", append(s.settleAttrs(o), "max_attempts", o.Job.MaxAttempts, "delay", o.HoldTTL, "error", o.Err)...)
+		s.pool.log.WarnContext(logCtx, "queuey: job failed; retrying", append(s.settleAttrs(o), "max_attempts", o.Job.MaxAttempts, "delay", o.HoldTTL, "error", o.Err)...)
 	} else {
-		s.pool.log.Info("queuey: job deferred", append(s.settleAttrs(o), "delay", o.HoldTTL, "reason", o.Reason, "deferrals", env.Deferrals)...)
+		s.pool.log.InfoContext(logCtx, "queuey: job deferred", append(s.settleAttrs(o), "delay", o.HoldTTL, "reason", o.Reason, "deferrals", env.Deferrals)...)
 	}
+	return err
 }
 
 // deadLetter settles a dead letter: the dead-letter hook runs, then the
 // delivery is published, as it came, to the queue's dead-letter queue.
-func (s *subscription) deadLetter(d amqp.Delivery, o Outcome) {
+func (s *subscription) deadLetter(logCtx context.Context, d amqp.Delivery, o Outcome) error {
 	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
 	defer cancel()
 	attempts := o.Job.Attempt
@@ -101,26 +116,30 @@ func (s *subscription) deadLetter(d amqp.Delivery, o Outcome) {
 	}
 	s.runDeadLetterHook(ctx, DeadLetter{Body: d.Body, Err: o.Err, Job: o.Job, Queue: s.q.work, Reason: o.Reason})
 	if err := s.pool.pub.publishRaw(ctx, s.q.dead, deadLetterPublishing(d, o.Reason, s.q.work, attempts)); err != nil {
-		s.requeue(d, o, err)
-		return
+		s.requeue(logCtx, d, o, err)
+		return err
 	}
-	s.ack(d, o)
-	s.pool.log.Error("queuey: job dead-lettered", append(s.settleAttrs(o), "dead_letter_queue", s.q.dead, "reason", o.Reason, "error", o.Err)...)
+	err := s.ack(d, o)
+	s.pool.log.ErrorContext(logCtx, "queuey: job dead-lettered", append(s.settleAttrs(o), "dead_letter_queue", s.q.dead, "reason", o.Reason, "error", o.Err)...)
+	return err
 }
 
-func (s *subscription) ack(d amqp.Delivery, o Outcome) {
-	if err := d.Ack(false); err != nil {
+// ack acknowledges d, and returns the error when it could not.
+func (s *subscription) ack(d amqp.Delivery, o Outcome) error {
+	err := d.Ack(false)
+	if err != nil {
 		// The channel is gone, and with it the delivery: the broker
 		// delivers the job again, so it may run (or be republished) twice.
 		s.pool.log.Warn("queuey: could not acknowledge a settled job; the broker will deliver it again", append(s.settleAttrs(o), "action", o.Action, "error", err)...)
 	}
+	return err
 }
 
 // requeue returns a delivery whose republish failed to its queue. It waits a
 // moment first (unless the pool is stopping), so that a broker that keeps
 // refusing the publish does not turn the delivery into a hot loop.
-func (s *subscription) requeue(d amqp.Delivery, o Outcome, err error) {
-	s.pool.log.Error("queuey: could not publish the job's "+o.Action.String()+"; returning the delivery to the queue", append(s.settleAttrs(o), "error", err)...)
+func (s *subscription) requeue(logCtx context.Context, d amqp.Delivery, o Outcome, err error) {
+	s.pool.log.ErrorContext(logCtx, "queuey: could not publish the job's "+o.Action.String()+"; returning the delivery to the queue", append(s.settleAttrs(o), "error", err)...)
 	t := time.NewTimer(time.Second)
 	select {
 	case <-t.C:

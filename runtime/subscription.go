@@ -120,6 +120,21 @@ func (s *subscription) serve() {
 // handle runs one delivery through the dispatcher and settles it.
 func (s *subscription) handle(d amqp.Delivery) {
 	start := time.Now()
-	o := s.pool.disp.Dispatch(s.pool.jobCtx, s.q.name, d.Body)
-	s.settle(d, o, time.Since(start))
+	o := s.pool.disp.dispatch(s.pool.jobCtx, s.q.name, d.Body, d.Headers, start)
+	took := time.Since(start)
+	err := s.settle(d, o, took)
+	if hook := s.pool.opts.OnSettled; hook != nil {
+		s.runSettledHook(hook, Settlement{Context: o.context(s.pool.jobCtx), Outcome: o, Queue: s.q.work, Headers: d.Headers,
+			ReadyAt: readyAt(d.Headers, o.Job.EnqueuedAt), Received: start, Took: took, Err: err})
+	}
+}
+
+// runSettledHook runs OnSettled, recovering its panic.
+func (s *subscription) runSettledHook(hook func(Settlement), st Settlement) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.pool.log.Error("queuey: the settled hook panicked", append(s.settleAttrs(st.Outcome), "panic", r)...)
+		}
+	}()
+	hook(st)
 }

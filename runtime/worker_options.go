@@ -51,13 +51,25 @@ type WorkerOptions struct {
 	JobTimeout time.Duration
 	// Logger receives a record per job, with its id (job_id), kind
 	// (job_type), queue, attempt and correlation_id: success at Debug,
-	// deferral at Info, retry at Warn, dead letters at Error. Defaults to
-	// slog.Default().
+	// deferral at Info, retry at Warn, dead letters at Error. Each record
+	// about a job that ran is logged with the context its handler ran with,
+	// so that a slog.Handler can read what middleware put there (a trace
+	// id: see queueyotel.LogHandler). Defaults to slog.Default().
 	Logger *slog.Logger
+	// Middleware wraps every run of a handler, the first outermost (see
+	// WorkerMiddleware). Defaults to none.
+	Middleware []WorkerMiddleware
 	// OnDeadLetter runs before a job is published to its dead-letter queue,
 	// for alerting. A panic in it is recovered and logged; it cannot stop
 	// the dead letter. Defaults to none.
 	OnDeadLetter func(ctx context.Context, dl DeadLetter)
+	// OnSettled is told of every delivery once the pool has settled it
+	// (acknowledged it, published its retry, deferral or dead letter, or
+	// given it back), those that reached no handler included: for metrics.
+	// It runs on the delivery's goroutine before the next delivery takes
+	// its slot, so it must be quick. A panic in it is recovered and
+	// logged. Defaults to none.
+	OnSettled func(s Settlement)
 	// Producer publishes retries, deferrals and dead letters. It must have
 	// been built from the same queue set, so that it knows the queues.
 	// Defaults to a producer the pool opens, on a connection of its own, and

@@ -55,6 +55,11 @@ const (
 	HeaderOriginalQueue = "x-original-queue"
 	// HeaderAttempts is how many attempts a dead letter had.
 	HeaderAttempts = "x-attempts"
+	// HeaderReadyAt is when a job that went through a hold queue (a
+	// delay, a retry, a deferral) was to be released from it, in Unix
+	// milliseconds: the start of a run is measured against it, since the
+	// envelope's enqueued_at_ms keeps the first enqueue.
+	HeaderReadyAt = "x-queuey-ready-at"
 )
 
 const (
