@@ -10,6 +10,9 @@
 //   - dave's mailbox does not exist: every attempt fails, and after the last
 //     one the job lands in the dead-letter queue.
 //
+// It serves its job metrics at /metrics (queueyotel through OpenTelemetry's
+// Prometheus exporter) and ends with a scrape of them.
+//
 // Meanwhile it prints the broker's view of the set whenever it changes: the
 // work queue, the dead queue, and hold queues appearing, holding and deleting
 // themselves. Run it with `make demo`, which starts the broker and applies
@@ -45,6 +48,7 @@ type config struct {
 	password   string
 	prefix     string
 	holdExpiry time.Duration // how long to wait for hold queues to delete themselves
+	metrics    string        // where to serve /metrics
 }
 
 func main() {
@@ -54,6 +58,7 @@ func main() {
 	flag.StringVar(&cfg.username, "username", envOr("QUEUEY_USERNAME", "guest"), "management API user")
 	flag.StringVar(&cfg.password, "password", envOr("QUEUEY_PASSWORD", "guest"), "management API password")
 	flag.StringVar(&cfg.prefix, "prefix", "aq-example", "prefix of the queue set (as in ./terraform)")
+	flag.StringVar(&cfg.metrics, "metrics-addr", "127.0.0.1:0", "where to serve Prometheus metrics at /metrics (port 0: any free one)")
 	flag.Parse()
 	cfg.holdExpiry = 15 * time.Second
 
@@ -117,6 +122,7 @@ type report struct {
 	HoldQueuesSeen []string          // hold queues the broker showed
 	HoldQueuesGone []string          // of those, the ones that deleted themselves
 	DeadLetter     amqp.Table        // headers of this run's dead letter
+	Settled        []string          // the queuey_jobs_settled lines of a /metrics scrape
 }
 
 func run(ctx context.Context, out io.Writer, cfg config) (*report, error) {
@@ -138,7 +144,18 @@ func run(ctx context.Context, out io.Writer, cfg config) (*report, error) {
 	// The producer declares the set as Terraform did, with the same
 	// arguments: a disagreement would fail here with PRECONDITION_FAILED.
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil)) // the demo says what happens in plain words
-	producer, err := queuey.NewProducer(ctx, cfg.amqpURL, set, &queuey.ProducerOptions{Logger: quiet})
+	if cfg.metrics == "" {
+		cfg.metrics = "127.0.0.1:0"
+	}
+	mx, err := serveMetrics(cfg.metrics)
+	if err != nil {
+		return nil, err
+	}
+	defer mx.close()
+	say("serving job metrics at %s", mx.url)
+	producerOpts := &queuey.ProducerOptions{Logger: quiet}
+	mx.inst.InstrumentProducer(producerOpts)
+	producer, err := queuey.NewProducer(ctx, cfg.amqpURL, set, producerOpts)
 	if err != nil {
 		return nil, fmt.Errorf("start the producer (is RabbitMQ running? `make broker` starts it): %w", err)
 	}
@@ -199,7 +216,7 @@ func run(ctx context.Context, out io.Writer, cfg config) (*report, error) {
 		}
 	}))
 
-	pool, err := queuey.NewWorkerPool(ctx, cfg.amqpURL, set, workers, &queuey.WorkerOptions{
+	workerOpts := &queuey.WorkerOptions{
 		Producer:         producer,
 		Queues:           []string{"emails"},
 		Logger:           quiet,
@@ -210,7 +227,9 @@ func run(ctx context.Context, out io.Writer, cfg config) (*report, error) {
 			_ = jsonPayload(dl.Body, &email)
 			finish(email.To, "dead-lettered", dl.Job)
 		},
-	})
+	}
+	mx.inst.InstrumentWorker(workerOpts)
+	pool, err := queuey.NewWorkerPool(ctx, cfg.amqpURL, set, workers, workerOpts)
 	if err != nil {
 		return nil, fmt.Errorf("start the worker: %w", err)
 	}
@@ -263,6 +282,9 @@ func run(ctx context.Context, out io.Writer, cfg config) (*report, error) {
 		return nil, err
 	}
 	rep.DeadLetter = headers
+	if rep.Settled, err = mx.scrape(ctx); err != nil {
+		return nil, err
+	}
 
 	fmt.Fprintln(out)
 	fmt.Fprintln(out, "What happened:")
@@ -273,6 +295,10 @@ func run(ctx context.Context, out io.Writer, cfg config) (*report, error) {
 	fmt.Fprintf(out, "  of those, deleted themselves when idle: %s\n", strings.Join(rep.HoldQueuesGone, ", "))
 	fmt.Fprintf(out, "  the dead letter in %s carries x-death-reason=%q, x-original-queue=%q, x-attempts=%v\n",
 		dead, headers[topology.HeaderDeathReason], headers[topology.HeaderOriginalQueue], headers[topology.HeaderAttempts])
+	fmt.Fprintf(out, "  a scrape of %s counts the deliveries settled, by outcome:\n", mx.url)
+	for _, line := range rep.Settled {
+		fmt.Fprintf(out, "    %s\n", line)
+	}
 	fmt.Fprintln(out)
 	fmt.Fprintf(out, "Look at it yourself: open %s (guest/guest), Queues tab, filter %q.\n", strings.TrimRight(cfg.endpoint, "/"), cfg.prefix)
 	fmt.Fprintf(out, "dave's dead letter stays in %s until the next run clears it. A hold queue that is not\n", dead)

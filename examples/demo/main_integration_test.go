@@ -71,11 +71,32 @@ func TestIntegrationDemo(t *testing.T) {
 	if reason := fmt.Sprint(rep.DeadLetter["x-death-reason"]); !strings.Contains(reason, "550 mailbox does not exist") {
 		t.Errorf("dead letter x-death-reason = %q, want the mail API's answer in it", reason)
 	}
+	// The scrape of /metrics counts the four outcomes: ada, bob (after his
+	// deferral) and carol (after two retries) acked; dave retried twice,
+	// then dead-lettered as exhausted.
+	settled := map[string]string{}
+	for _, line := range rep.Settled {
+		outcome := between(line, `queuey_outcome="`, `"`) + "/" + between(line, `queuey_reason="`, `"`)
+		settled[outcome] = line[strings.LastIndex(line, " ")+1:]
+	}
+	if want := map[string]string{"acked/": "3", "deferred/": "1", "retried/": "4", "dead_lettered/exhausted": "1"}; fmt.Sprint(settled) != fmt.Sprint(want) {
+		t.Errorf("settled counts scraped from /metrics = %v, want %v (lines: %q)", settled, want, rep.Settled)
+	}
 	for _, line := range []string{"What happened:", "sent", "dead-lettered", "deferred by 1s", "retried with backoff", "<- hold queue"} {
 		if !strings.Contains(out.String(), line) {
 			t.Errorf("output lacks %q", line)
 		}
 	}
+}
+
+// between is the text of s after the first from, up to the next to.
+func between(s, from, to string) string {
+	_, after, ok := strings.Cut(s, from)
+	if !ok {
+		return ""
+	}
+	v, _, _ := strings.Cut(after, to)
+	return v
 }
 
 func contains(list []string, s string) bool {
