@@ -197,14 +197,31 @@ func (b *bench) enqueueSection(ctx context.Context) error {
 	defer closeAll(chs)
 	msg := rawMessage(work)
 	n := b.c.enqueueJobs
-	s, err := measure(ctx, b.c.runs, []variant{
-		{"queuey Enqueue ×8", func(ctx context.Context) (map[string]float64, error) {
+	// The same producer with queueyotel's middleware, on the same set.
+	inst, closeOtel, err := instrumentation()
+	if err != nil {
+		return err
+	}
+	defer closeOtel()
+	otelOpts := &queuey.ProducerOptions{Channels: concurrency, Logger: quiet()}
+	inst.InstrumentProducer(otelOpts)
+	po, err := queuey.NewProducer(ctx, b.c.amqpURL, set, otelOpts)
+	if err != nil {
+		return err
+	}
+	defer po.Close()
+	enqueue := func(p *queuey.Producer) func(ctx context.Context) (map[string]float64, error) {
+		return func(ctx context.Context) (map[string]float64, error) {
 			defer b.purge(work)
 			return (concurrently(ctx, concurrency, n, func(_, _ int) error {
 				_, err := p.Enqueue(ctx, "jobs", noopKind, payload, nil)
 				return err
 			}))
-		}},
+		}
+	}
+	s, err := measure(ctx, b.c.runs, []variant{
+		{"queuey Enqueue ×8", enqueue(p)},
+		{"queuey Enqueue ×8 + otel", enqueue(po)},
 		{"raw publish+confirm ×8", func(ctx context.Context) (map[string]float64, error) {
 			defer b.purge(work)
 			return (concurrently(ctx, concurrency, n, func(w, _ int) error {
@@ -221,6 +238,10 @@ func (b *bench) enqueueSection(ctx context.Context) error {
 		"queuey Enqueue ×8", "cpu", "raw publish+confirm ×8", "cpu", "amqp091-go, same message, 8 channels", false, 0)
 	b.report.add(s, "enqueue", "heap allocations of this process per job", "allocs/job",
 		"queuey Enqueue ×8", "allocs", "raw publish+confirm ×8", "allocs", "amqp091-go, same message, 8 channels", false, 0)
+	b.report.add(s, "enqueue", "with queueyotel (every span sampled, batch processor, discarding exporter; manual metric reader)", "jobs/s",
+		"queuey Enqueue ×8 + otel", "rate", "queuey Enqueue ×8", "rate", "the same queuey Enqueue ×8 without it", true, 0.9)
+	b.report.add(s, "enqueue", "with queueyotel, beside raw", "jobs/s",
+		"queuey Enqueue ×8 + otel", "rate", "raw publish+confirm ×8", "rate", "amqp091-go, same message, 8 channels", true, 0)
 	return nil
 }
 

@@ -60,7 +60,14 @@ func (b *bench) workerSection(ctx context.Context) error {
 		return rawPipelined(ctx, fillCh[0], work, msg, n, rawWindow)
 	}
 
-	queueyRun := func(prefetch int) func(ctx context.Context) (map[string]float64, error) {
+	inst, closeOtel, err := instrumentation()
+	if err != nil {
+		return err
+	}
+	defer closeOtel()
+	// queueyRun is the pool at prefetch; with otel, instrumented by
+	// queueyotel.
+	queueyRun := func(prefetch int, otel bool) func(ctx context.Context) (map[string]float64, error) {
 		return func(ctx context.Context) (map[string]float64, error) {
 			if err := fill(ctx); err != nil {
 				return nil, err
@@ -77,7 +84,11 @@ func (b *bench) workerSection(ctx context.Context) error {
 			}))
 			pset := set
 			pset.Queues = []queuey.QueueConfig{{Name: "jobs", Prefetch: prefetch}}
-			pool, err := queuey.NewWorkerPool(ctx, b.c.amqpURL, pset, ws, &queuey.WorkerOptions{Logger: quiet()})
+			opts := &queuey.WorkerOptions{Logger: quiet()}
+			if otel {
+				inst.InstrumentWorker(opts)
+			}
+			pool, err := queuey.NewWorkerPool(ctx, b.c.amqpURL, pset, ws, opts)
 			if err != nil {
 				return nil, err
 			}
@@ -141,9 +152,10 @@ func (b *bench) workerSection(ctx context.Context) error {
 		}
 	}
 	s, err := measure(ctx, b.c.runs, []variant{
-		{"queuey pool prefetch 16", queueyRun(16)},
+		{"queuey pool prefetch 16", queueyRun(16, false)},
+		{"queuey pool prefetch 16 + otel", queueyRun(16, true)},
 		{"raw consume+ack prefetch 16", rawRun(16)},
-		{"queuey pool prefetch 128", queueyRun(128)},
+		{"queuey pool prefetch 128", queueyRun(128, false)},
 		{"raw consume+ack prefetch 128", rawRun(128)},
 	})
 	if err != nil {
@@ -160,6 +172,12 @@ func (b *bench) workerSection(ctx context.Context) error {
 			fmt.Sprintf("queuey pool prefetch %d", pf), "allocs", fmt.Sprintf("raw consume+ack prefetch %d", pf), "allocs",
 			"amqp091-go consume + ack, 1 consumer", false, 0)
 	}
+	b.report.add(s, "worker", "with queueyotel (every span sampled, batch processor, discarding exporter; manual metric reader), prefetch 16", "jobs/s",
+		"queuey pool prefetch 16 + otel", "rate", "queuey pool prefetch 16", "rate", "the same queuey pool without it", true, 0.9)
+	b.report.add(s, "worker", "with queueyotel, beside raw, prefetch 16", "jobs/s",
+		"queuey pool prefetch 16 + otel", "rate", "raw consume+ack prefetch 16", "rate", "amqp091-go consume + ack, 1 consumer", true, 0)
+	b.report.add(s, "worker", "CPU per job with queueyotel, prefetch 16", "µs/job",
+		"queuey pool prefetch 16 + otel", "cpu", "queuey pool prefetch 16", "cpu", "the same queuey pool without it", false, 0)
 	return nil
 }
 
