@@ -56,6 +56,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -109,6 +110,27 @@ type Instrumentation struct {
 	duration   metric.Float64Histogram
 	wait       metric.Float64Histogram
 	inFlight   metric.Int64UpDownCounter
+
+	// opts caches the measurement option of each (queue, kind), so that a
+	// record does not build and sort an attribute set every time.
+	opts sync.Map // setKey -> metric.MeasurementOption
+}
+
+// setKey names a cached attribute set; kind is empty for the queue's alone.
+type setKey struct{ queue, kind string }
+
+// attrs is the measurement option with queue and, when not empty, kind.
+func (i *Instrumentation) attrs(queue, kind string) metric.MeasurementOption {
+	k := setKey{queue, kind}
+	if o, ok := i.opts.Load(k); ok {
+		return o.(metric.MeasurementOption)
+	}
+	kvs := []attribute.KeyValue{AttrQueue.String(queue)}
+	if kind != "" {
+		kvs = append(kvs, AttrKind.String(kind))
+	}
+	o, _ := i.opts.LoadOrStore(k, metric.WithAttributeSet(attribute.NewSet(kvs...)))
+	return o.(metric.MeasurementOption)
 }
 
 // New builds the instruments.
@@ -171,14 +193,15 @@ func (i *Instrumentation) ProducerMiddleware() queuey.ProducerMiddleware {
 	return func(next queuey.EnqueueFunc) queuey.EnqueueFunc {
 		return func(ctx context.Context, call *queuey.EnqueueCall) error {
 			first := call.Jobs[0]
-			attrs := []attribute.KeyValue{
+			attrs := make([]attribute.KeyValue, 0, 10)
+			attrs = append(attrs,
 				semconv.MessagingSystemRabbitMQ,
 				semconv.MessagingOperationTypeSend,
 				semconv.MessagingOperationName("enqueue"),
 				semconv.MessagingDestinationName(first.WorkQueue),
 				semconv.MessagingRabbitMQDestinationRoutingKey(first.WorkQueue),
 				AttrQueue.String(first.WorkQueue),
-			}
+			)
 			if call.Batch {
 				attrs = append(attrs, semconv.MessagingBatchMessageCount(len(call.Jobs)))
 			} else {
@@ -200,12 +223,12 @@ func (i *Instrumentation) ProducerMiddleware() queuey.ProducerMiddleware {
 			}
 			start := time.Now()
 			err := next(ctx, call)
-			i.enqueueDur.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(AttrQueue.String(first.WorkQueue)))
+			i.enqueueDur.Record(ctx, time.Since(start).Seconds(), i.attrs(first.WorkQueue, ""))
 			var batchErr *queuey.BatchError
 			errors.As(err, &batchErr)
 			for n, j := range call.Jobs {
 				if err == nil || (batchErr != nil && batchErr.Errs[n] == nil) {
-					i.enqueued.Add(ctx, 1, metric.WithAttributes(AttrQueue.String(j.WorkQueue), AttrKind.String(j.Type)))
+					i.enqueued.Add(ctx, 1, i.attrs(j.WorkQueue, j.Type))
 				}
 			}
 			if err != nil {
@@ -247,8 +270,7 @@ func (i *Instrumentation) WorkerMiddleware() queuey.WorkerMiddleware {
 			}
 			ctx, span := i.tracer.Start(ctx, "process "+jc.Queue, opts...)
 			defer span.End()
-			queue := metric.WithAttributes(AttrQueue.String(jc.Queue))
-			both := metric.WithAttributes(AttrQueue.String(jc.Queue), AttrKind.String(jc.Type))
+			queue, both := i.attrs(jc.Queue, ""), i.attrs(jc.Queue, jc.Type)
 			if !run.ReadyAt.IsZero() {
 				i.wait.Record(ctx, max(start.Sub(run.ReadyAt), 0).Seconds(), both)
 			}
