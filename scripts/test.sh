@@ -45,6 +45,7 @@ if [ -n "$unformatted" ]; then
 	echo "gofmt would change:"; echo "$unformatted"; exit 1
 fi
 go vet -tags integration ./...
+(cd bench/peers && go vet ./...) # a module of its own: river and asynq stay out of queuey's
 bash scripts/docs.sh --check
 
 echo "== unit tests under the race detector"
