@@ -92,14 +92,24 @@ func (s *subscription) republish(logCtx context.Context, d amqp.Delivery, o Outc
 		env.Deferrals++
 		env.Priority = s.q.maxPriority
 	}
-	if err := s.pool.pub.publishEnvelopeWith(ctx, env, o.HoldTTL.Milliseconds(), withoutDeadLetterHeaders(d.Headers)); err != nil {
+	headers := withoutDeadLetterHeaders(d.Headers)
+	if o.died > 0 {
+		if headers == nil {
+			headers = amqp.Table{}
+		}
+		headers[topology.HeaderDied] = int64(o.died)
+	}
+	if err := s.pool.pub.publishEnvelopeWith(ctx, env, o.HoldTTL.Milliseconds(), headers); err != nil {
 		s.requeue(logCtx, d, o, err)
 		return err
 	}
 	err := s.ack(d, o)
-	if o.Action == ActionRetry {
+	switch {
+	case o.died > 0:
+		s.pool.log.WarnContext(logCtx, "queuey: the job was redelivered unsettled: its last run never finished (its worker died or lost its connection); counted as a failed attempt, retrying", append(s.settleAttrs(o), "max_attempts", o.Job.MaxAttempts, "delay", o.HoldTTL, "died", o.died)...)
+	case o.Action == ActionRetry:
 		s.pool.log.WarnContext(logCtx, "queuey: job failed; retrying", append(s.settleAttrs(o), "max_attempts", o.Job.MaxAttempts, "delay", o.HoldTTL, "error", o.Err)...)
-	} else {
+	default:
 		s.pool.log.InfoContext(logCtx, "queuey: job deferred", append(s.settleAttrs(o), "delay", o.HoldTTL, "reason", o.Reason, "deferrals", env.Deferrals)...)
 	}
 	return err
@@ -149,36 +159,43 @@ func (s *subscription) requeue(logCtx context.Context, d amqp.Delivery, o Outcom
 	s.giveBack(d, o)
 }
 
-// giveBack returns delivery d of s to its work queue unsettled: with a
-// requeue (basic.nack), or, once the broker has cancelled s's consumer
-// because the queue was deleted (a migration replacing it), by publishing it
-// to the work queue again and acknowledging it. A requeue then would drop
-// it: the queue that delivered it is gone, and deleting a queue discards the
-// deliveries its consumers hold. The publish goes where a producer's would,
-// into the migration queue while the migration runs. A requeue sent just
-// before the cancellation arrives can still cross the deletion. giveBack
-// logs its failures, and reports whether the job is back in its queue, or
-// will be once the channel closes.
+// giveBack returns delivery d of s to its work queue unsettled, at the same
+// attempt, by publishing a copy of it to the work queue and acknowledging
+// it. A copy is a new message, which the broker does not mark redelivered:
+// a give-back never counts as an attempt, where a requeue (basic.nack)
+// would make the job look like one whose worker died (see diedOutcome).
+// The copy joins the back of the queue, at its priority. Once the broker
+// has cancelled s's consumer because the queue was deleted (a migration
+// replacing it), the copy is the only way back: the queue that delivered it
+// is gone, and deleting a queue discards the deliveries its consumers hold.
+// The publish goes where a producer's would, into the migration queue while
+// the migration runs. When the publish fails and the consumer was not
+// cancelled, the delivery is requeued instead, and its redelivery counts:
+// a broker that takes no publish is no place to guarantee the difference.
+// giveBack logs its failures, and reports whether the job is back in its
+// queue, or will be once the channel closes.
 func (s *subscription) giveBack(d amqp.Delivery, o Outcome) bool {
-	if !s.cancelled() {
-		if err := d.Nack(false, true); err != nil {
-			s.pool.log.Warn("queuey: could not return the job to its queue; the broker will deliver it again when the channel closes", append(s.settleAttrs(o), "error", err)...)
-		}
-		return true
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
 	defer cancel()
 	msg := divert.Republishing(d)
 	// The broker refuses a user id that is not the publishing
 	// connection's user.
 	msg.UserId = ""
-	if err := s.pool.pub.publishRaw(ctx, s.q.work, msg); err != nil {
-		// A requeue would drop it too: leave it to the channel's close.
-		s.pool.log.Error("queuey: the job's queue was deleted while the job ran, and publishing the job to it again failed: unless a try of that publish reached the queue after all, the job is lost", append(s.settleAttrs(o), "error", err)...)
-		return false
+	err := s.pool.pub.publishRaw(ctx, s.q.work, msg)
+	if err == nil {
+		s.ack(d, o)
+		return true
 	}
-	s.ack(d, o)
-	return true
+	if !s.cancelled() {
+		s.pool.log.Warn("queuey: could not publish the job back to its queue; requeueing it, so its redelivery counts as an attempt", append(s.settleAttrs(o), "error", err)...)
+		if err := d.Nack(false, true); err != nil {
+			s.pool.log.Warn("queuey: could not return the job to its queue; the broker will deliver it again when the channel closes", append(s.settleAttrs(o), "error", err)...)
+		}
+		return true
+	}
+	// A requeue would drop it too: leave it to the channel's close.
+	s.pool.log.Error("queuey: the job's queue was deleted while the job ran, and publishing the job to it again failed: unless a try of that publish reached the queue after all, the job is lost", append(s.settleAttrs(o), "error", err)...)
+	return false
 }
 
 // runDeadLetterHook runs OnDeadLetter, recovering its panic.

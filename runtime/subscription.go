@@ -120,7 +120,7 @@ func (s *subscription) serve() {
 // handle runs one delivery through the dispatcher and settles it.
 func (s *subscription) handle(d amqp.Delivery) {
 	start := time.Now()
-	o := s.pool.disp.dispatch(s.pool.jobCtx, s.q.name, d.Body, d.Headers, start)
+	o := s.pool.disp.dispatch(s.pool.jobCtx, s.q.name, d.Body, d.Headers, d.Redelivered, start)
 	took := time.Since(start)
 	err := s.settle(d, o, took)
 	if hook := s.pool.opts.OnSettled; hook != nil {
