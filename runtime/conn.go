@@ -50,6 +50,14 @@ const (
 	reconnectMaxBackoff = 30 * time.Second
 )
 
+// How long closing a connection waits for the broker's close-ok: an
+// answering broker replies within milliseconds; one blocking the
+// connection's publishes does not read it (blocked.go).
+const (
+	closeTimeout        = 10 * time.Second
+	blockedCloseTimeout = 500 * time.Millisecond
+)
+
 // conn is an AMQP connection that comes back after it is lost. It owns at most
 // one *amqp.Connection at a time; channels are opened from it on demand.
 type conn struct {
@@ -64,6 +72,9 @@ type conn struct {
 	ready  chan struct{}    // closed once cur is set; replaced when cur is lost
 	lost   error            // why a connection that cannot be redialled is gone
 	closed bool
+	// blocked is the broker's block of cur's publishes in progress, nil
+	// when there is none (blocked.go).
+	blocked *blockState
 
 	done    chan struct{} // closed by close
 	watcher sync.WaitGroup
@@ -133,12 +144,21 @@ func (c *conn) connect(ctx context.Context) (*amqp.Connection, error) {
 // start makes ac the current connection and watches it.
 func (c *conn) start(ac *amqp.Connection) {
 	lost := ac.NotifyClose(make(chan *amqp.Error, 1))
+	c.followBlocks(ac)
 	c.mu.Lock()
 	c.cur = ac
 	close(c.ready)
 	c.mu.Unlock()
 	c.watcher.Add(1)
 	go c.watch(ac, lost)
+}
+
+// followBlocks watches ac's connection.blocked notifications. amqp091-go
+// sends them without waiting, so the buffer holds a burst; it closes the
+// Go channel when the connection shuts down, which ends the goroutine.
+func (c *conn) followBlocks(ac *amqp.Connection) {
+	blocks := ac.NotifyBlocked(make(chan amqp.Blocking, 8))
+	go c.watchBlocked(ac, blocks)
 }
 
 // watch waits for the current connection to be lost and replaces it.
@@ -157,6 +177,7 @@ func (c *conn) watch(ac *amqp.Connection, lost chan *amqp.Error) {
 			return
 		}
 		c.cur = nil
+		c.endBlockLocked()
 		c.ready = make(chan struct{})
 		if !c.redial {
 			c.lost = fmt.Errorf("queuey: the AMQP connection was lost: %v", describeClose(reason))
@@ -173,6 +194,7 @@ func (c *conn) watch(ac *amqp.Connection, lost chan *amqp.Error) {
 			return // closed while reconnecting
 		}
 		lost = ac.NotifyClose(make(chan *amqp.Error, 1))
+		c.followBlocks(ac)
 		c.mu.Lock()
 		if c.closed {
 			c.mu.Unlock()
@@ -291,13 +313,21 @@ func (c *conn) close() error {
 	c.closed = true
 	cur := c.cur
 	c.cur = nil
+	blocked := c.endBlockLocked() != nil
 	close(c.done)
 	c.mu.Unlock()
 	var err error
 	// A caller's connection stays open: the caller closes it.
 	if cur != nil && c.redial && !cur.IsClosed() {
-		err = cur.Close()
-		if errors.Is(err, amqp.ErrClosed) {
+		// A blocked connection's socket is not read by the broker, so
+		// connection.close would never be answered: give it a moment,
+		// then drop the socket. An unblocked broker answers at once.
+		wait := closeTimeout
+		if blocked {
+			wait = blockedCloseTimeout
+		}
+		err = cur.CloseDeadline(time.Now().Add(wait))
+		if errors.Is(err, amqp.ErrClosed) || blocked {
 			err = nil
 		}
 	}

@@ -28,6 +28,24 @@ const settleTimeout = 30 * time.Second
 type publisher interface {
 	publishEnvelopeWith(ctx context.Context, env Envelope, holdTTLms int64, headers amqp.Table) error
 	publishRaw(ctx context.Context, queue string, msg amqp.Publishing) error
+	// waitUnblocked returns once the broker does not block the
+	// publisher's connection, or a *BlockedError when ctx ends first.
+	waitUnblocked(ctx context.Context) error
+}
+
+func (p *Producer) waitUnblocked(ctx context.Context) error {
+	return p.conn.waitUnblocked(ctx, p.closing)
+}
+
+// awaitPublishing waits, before a settle's publish, for as long as the
+// broker blocks the pool's publisher: settleTimeout bounds the publish, not
+// a resource alarm, which would otherwise make every delivery settled
+// during it go back to its queue. The delivery stays unacknowledged
+// meanwhile, holding its handler slot, so the pool stops pulling once its
+// slots are full. Only a Stop that runs out of time (the job context)
+// ends the wait.
+func (s *subscription) awaitPublishing() error {
+	return s.pool.pub.waitUnblocked(s.pool.jobCtx)
 }
 
 var _ publisher = (*Producer)(nil)
@@ -81,6 +99,10 @@ func (s *subscription) settleAttrs(o Outcome) []any {
 // queue through a hold queue, as the next attempt (at priority 0) or as the
 // same attempt deferred (at the queue's max priority, ahead of the backlog).
 func (s *subscription) republish(logCtx context.Context, d amqp.Delivery, o Outcome) error {
+	if err := s.awaitPublishing(); err != nil {
+		s.requeue(logCtx, d, o, err)
+		return err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
 	defer cancel()
 	env := *o.env
@@ -125,6 +147,10 @@ func (s *subscription) deadLetter(logCtx context.Context, d amqp.Delivery, o Out
 		attempts = headerInt(d.Headers, topology.HeaderAttempt)
 	}
 	s.runDeadLetterHook(ctx, DeadLetter{Body: d.Body, Err: o.Err, Job: o.Job, Queue: s.q.work, Reason: o.Reason})
+	if err := s.awaitPublishing(); err != nil {
+		s.requeue(logCtx, d, o, err)
+		return err
+	}
 	if err := s.pool.pub.publishRaw(ctx, s.q.dead, deadLetterPublishing(d, o.Reason, s.q.work, attempts)); err != nil {
 		s.requeue(logCtx, d, o, err)
 		return err
@@ -181,7 +207,14 @@ func (s *subscription) giveBack(d amqp.Delivery, o Outcome) bool {
 	// The broker refuses a user id that is not the publishing
 	// connection's user.
 	msg.UserId = ""
-	err := s.pool.pub.publishRaw(ctx, s.q.work, msg)
+	var err error
+	if _, blocked := s.pool.Blocked(); blocked && !s.cancelled() {
+		// The copy would wait for the block to end; a give-back is
+		// what a pool does when it cannot wait.
+		err = ErrPublishingBlocked
+	} else {
+		err = s.pool.pub.publishRaw(ctx, s.q.work, msg)
+	}
 	if err == nil {
 		s.ack(d, o)
 		return true

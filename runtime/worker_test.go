@@ -50,6 +50,8 @@ func (f *fakePublisher) publishRaw(_ context.Context, queue string, msg amqp.Pub
 	return nil
 }
 
+func (f *fakePublisher) waitUnblocked(context.Context) error { return nil }
+
 // fakeAck is an amqp.Acknowledger that records what was done.
 type fakeAck struct{ events *[]string }
 
