@@ -44,6 +44,8 @@ type BlockedError struct {
 	// is then sure not to have it; true when it was written before the
 	// block began, and may or may not have been enqueued.
 	Sent bool
+	// For is how long the block had lasted when the publish gave up.
+	For time.Duration
 	// Err is what ended the wait: the context's error, or ErrClosed.
 	Err error
 }
@@ -54,7 +56,12 @@ func (e *BlockedError) Error() string {
 		fate = "the job was sent as the block began and may or may not have been enqueued"
 	}
 	return fmt.Sprintf("%s (the broker's reason: %q; blocked for %s): %s: %v",
-		ErrPublishingBlocked.Error(), e.Reason, time.Since(e.Since).Round(time.Millisecond), fate, e.Err)
+		ErrPublishingBlocked.Error(), e.Reason, e.For.Round(time.Millisecond), fate, e.Err)
+}
+
+// newBlockedError is the error of a publish that gave up now, during b.
+func newBlockedError(b PublishingBlock, sent bool, err error) *BlockedError {
+	return &BlockedError{PublishingBlock: b, Sent: sent, For: time.Since(b.Since), Err: err}
 }
 
 func (e *BlockedError) Is(target error) bool { return target == ErrPublishingBlocked }
@@ -145,9 +152,9 @@ func (c *conn) waitUnblocked(ctx context.Context, stop <-chan struct{}) error {
 		select {
 		case <-b.clear:
 		case <-ctx.Done():
-			return &BlockedError{PublishingBlock: b.PublishingBlock, Err: ctx.Err()}
+			return newBlockedError(b.PublishingBlock, false, ctx.Err())
 		case <-stop:
-			return &BlockedError{PublishingBlock: b.PublishingBlock, Err: ErrClosed}
+			return newBlockedError(b.PublishingBlock, false, ErrClosed)
 		}
 	}
 }

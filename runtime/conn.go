@@ -37,6 +37,7 @@ import (
 	"log/slog"
 	"maps"
 	"math/rand/v2"
+	"net"
 	"sync"
 	"time"
 
@@ -50,13 +51,10 @@ const (
 	reconnectMaxBackoff = 30 * time.Second
 )
 
-// How long closing a connection waits for the broker's close-ok: an
-// answering broker replies within milliseconds; one blocking the
-// connection's publishes does not read it (blocked.go).
-const (
-	closeTimeout        = 10 * time.Second
-	blockedCloseTimeout = 500 * time.Millisecond
-)
+// closeTimeout is how long closing a connection waits for the broker's
+// close-ok; an answering broker replies within milliseconds (a blocked
+// connection's socket is dropped instead: see close).
+const closeTimeout = 10 * time.Second
 
 // conn is an AMQP connection that comes back after it is lost. It owns at most
 // one *amqp.Connection at a time; channels are opened from it on demand.
@@ -75,6 +73,9 @@ type conn struct {
 	// blocked is the broker's block of cur's publishes in progress, nil
 	// when there is none (blocked.go).
 	blocked *blockState
+	// sockets are the sockets of the connections dialled, for close to
+	// drop a blocked one; an entry goes when its connection is lost.
+	sockets map[*amqp.Connection]net.Conn
 
 	done    chan struct{} // closed by close
 	watcher sync.WaitGroup
@@ -113,7 +114,7 @@ func newConn(onConnect func(*amqp.Connection) error, logger *slog.Logger) *conn 
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &conn{onConnect: onConnect, logger: logger, ready: make(chan struct{}), done: make(chan struct{})}
+	return &conn{onConnect: onConnect, logger: logger, ready: make(chan struct{}), done: make(chan struct{}), sockets: map[*amqp.Connection]net.Conn{}}
 }
 
 // connect dials once and runs onConnect. It is used for the first connection
@@ -128,10 +129,31 @@ func (c *conn) connect(ctx context.Context) (*amqp.Connection, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	// The socket is kept, for close to drop it when the broker blocks
+	// the connection and would never answer connection.close.
+	var raw net.Conn
+	dialer := cfg.Dial
+	if dialer == nil {
+		timeout := 30 * time.Second // amqp091-go's default
+		if u, err := amqp.ParseURI(c.url); err == nil && u.ConnectionTimeout > 0 {
+			timeout = time.Duration(u.ConnectionTimeout) * time.Millisecond
+		}
+		dialer = amqp.DefaultDial(timeout)
+	}
+	cfg.Dial = func(network, addr string) (net.Conn, error) {
+		nc, err := dialer(network, addr)
+		raw = nc
+		return nc, err
+	}
 	ac, err := amqp.DialConfig(c.url, cfg)
 	if err != nil {
 		return nil, connectError(c.url, err)
 	}
+	c.mu.Lock()
+	if c.sockets != nil { // nil once closed
+		c.sockets[ac] = raw
+	}
+	c.mu.Unlock()
 	if c.onConnect != nil {
 		if err := c.onConnect(ac); err != nil {
 			_ = ac.Close()
@@ -178,6 +200,7 @@ func (c *conn) watch(ac *amqp.Connection, lost chan *amqp.Error) {
 		}
 		c.cur = nil
 		c.endBlockLocked()
+		delete(c.sockets, ac)
 		c.ready = make(chan struct{})
 		if !c.redial {
 			c.lost = fmt.Errorf("queuey: the AMQP connection was lost: %v", describeClose(reason))
@@ -314,21 +337,24 @@ func (c *conn) close() error {
 	cur := c.cur
 	c.cur = nil
 	blocked := c.endBlockLocked() != nil
+	sockets := c.sockets
+	c.sockets = nil
 	close(c.done)
 	c.mu.Unlock()
 	var err error
 	// A caller's connection stays open: the caller closes it.
 	if cur != nil && c.redial && !cur.IsClosed() {
 		// A blocked connection's socket is not read by the broker, so
-		// connection.close would never be answered: give it a moment,
-		// then drop the socket. An unblocked broker answers at once.
-		wait := closeTimeout
-		if blocked {
-			wait = blockedCloseTimeout
-		}
-		err = cur.CloseDeadline(time.Now().Add(wait))
-		if errors.Is(err, amqp.ErrClosed) || blocked {
-			err = nil
+		// connection.close would never be answered, and amqp091-go's
+		// CloseDeadline does not help: its heartbeater pushes the read
+		// deadline on with every server heartbeat. Drop the socket.
+		if raw := sockets[cur]; blocked && raw != nil {
+			_ = raw.Close()
+		} else {
+			err = cur.CloseDeadline(time.Now().Add(closeTimeout))
+			if errors.Is(err, amqp.ErrClosed) {
+				err = nil
+			}
 		}
 	}
 	c.watcher.Wait()

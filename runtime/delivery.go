@@ -220,6 +220,11 @@ func (p *Producer) try(ctx context.Context, send []*delivery) {
 	}
 	if err != nil {
 		for _, d := range send {
+			err := err
+			if b := p.droppedBlocked.Load(); b != nil && errors.Is(err, ErrClosed) {
+				// Close dropped the blocked connection under it.
+				err = newBlockedError(*b, d.maybe != nil, err)
+			}
 			d.fail(fmt.Errorf("queuey: publish to %q: %w", d.key, err))
 		}
 		return
@@ -305,7 +310,7 @@ func (p *Producer) judge(ctx context.Context, d *delivery, f fate) (late bool) {
 	case unconfirmed:
 		err := f.err
 		if b, blocked := p.conn.block(); blocked {
-			err = &BlockedError{PublishingBlock: b, Sent: true, Err: f.err}
+			err = newBlockedError(b, true, f.err)
 		}
 		d.fail(fmt.Errorf("queuey: publish to %s: gave up waiting for the broker's confirm; the job may or may not have been enqueued: %w", d.target(), err))
 	case notSent:

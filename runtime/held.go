@@ -102,7 +102,7 @@ func (p *Producer) declareHolds(ctx context.Context, send []*delivery) []*delive
 			if b, blocked := p.conn.block(); blocked && isContextError(err) {
 				// The block began while the declaration ran: the
 				// broker stopped reading it.
-				err = fmt.Errorf("queuey: declare hold queue %q: %w", d.key, &BlockedError{PublishingBlock: b, Err: err})
+				err = fmt.Errorf("queuey: declare hold queue %q: %w", d.key, newBlockedError(b, false, err))
 			}
 			d.fail(err)
 			return false

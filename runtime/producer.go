@@ -81,6 +81,9 @@ type Producer struct {
 	mu       sync.RWMutex
 	closed   bool
 	inflight sync.WaitGroup
+	// droppedBlocked is the block Close dropped the connection in (see
+	// waitInflight), for the errors of the publishes it ended.
+	droppedBlocked atomic.Pointer[PublishingBlock]
 	// closing is closed when Close begins, so that a publish waiting for a
 	// lost connection to come back gives up with ErrClosed rather than keep
 	// Close waiting for it.
@@ -532,7 +535,8 @@ func (p *Producer) waitInflight() {
 		case <-done:
 			return
 		case <-tick.C:
-			if _, blocked := p.conn.block(); blocked {
+			if b, blocked := p.conn.block(); blocked {
+				p.droppedBlocked.Store(&b)
 				_ = p.conn.close()
 			}
 		}
