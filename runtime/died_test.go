@@ -50,7 +50,7 @@ func TestRedeliveryCountsAsAnAttempt(t *testing.T) {
 		if tc.diedBefore > 0 {
 			h = amqp.Table{topology.HeaderDied: int32(tc.diedBefore)} // any integer width
 		}
-		o := d.dispatch(context.Background(), "q1", envelopeBody(t, "plain", "p.q1", tc.attempt, plainArgs{}), h, true, time.Now())
+		o := d.dispatch(context.Background(), "q1", envelopeBody(t, "plain", "p.q1", tc.attempt, plainArgs{}), h, redeliveryDied, time.Now())
 		if o.Action != tc.want || o.died != tc.died || o.Reason != tc.reason || !errors.Is(o.Err, ErrWorkerDied) {
 			t.Errorf("redelivered at attempt %d after %d deaths: action %s, died %d, reason %q, err %v; want %s, %d, %q",
 				tc.attempt, tc.diedBefore, o.Action, o.died, o.Reason, o.Err, tc.want, tc.died, tc.reason)
@@ -64,7 +64,7 @@ func TestRedeliveryCountsAsAnAttempt(t *testing.T) {
 	}
 
 	// An ordinary delivery runs the handler, whatever the headers say.
-	o := d.dispatch(context.Background(), "q1", envelopeBody(t, "plain", "p.q1", 1, plainArgs{}), amqp.Table{topology.HeaderDied: int64(2)}, false, time.Now())
+	o := d.dispatch(context.Background(), "q1", envelopeBody(t, "plain", "p.q1", 1, plainArgs{}), amqp.Table{topology.HeaderDied: int64(2)}, redeliveryNone, time.Now())
 	if o.Action != ActionAck || o.died != 0 || runs.Load() != 1 {
 		t.Errorf("an ordinary delivery: action %s, died %d, runs %d", o.Action, o.died, runs.Load())
 	}
@@ -74,13 +74,61 @@ func TestRedeliveryCountsAsAnAttempt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o = d2.dispatch(context.Background(), "q1", envelopeBody(t, "plain", "p.q1", 1, plainArgs{}), nil, true, time.Now())
+	o = d2.dispatch(context.Background(), "q1", envelopeBody(t, "plain", "p.q1", 1, plainArgs{}), nil, redeliveryDied, time.Now())
 	if o.Action != ActionDeadLetter || !strings.Contains(o.Reason, "worker died during the job once") {
 		t.Errorf("no retries: %+v", o)
 	}
 	// A malformed body is dead-lettered as such, redelivered or not.
-	o = d.dispatch(context.Background(), "q1", []byte("not json"), nil, true, time.Now())
+	o = d.dispatch(context.Background(), "q1", []byte("not json"), nil, redeliveryDied, time.Now())
 	if o.Action != ActionDeadLetter || o.Reason != ReasonMalformedEnvelope {
 		t.Errorf("malformed, redelivered: %+v", o)
+	}
+}
+
+// Issue 18: the broker closes a channel whose delivery outlived its
+// consumer_timeout and redelivers every unacknowledged delivery of it. The
+// pool tells the close apart from other closes, and the redeliveries apart:
+// the job that outlived the timeout counts an attempt, with a reason that
+// says so; the others of the channel run again as they were.
+func TestConsumerTimeoutRedeliveries(t *testing.T) {
+	t.Parallel()
+	// As RabbitMQ 3.10.8 sent it.
+	closed := &amqp.Error{Code: amqp.PreconditionFailed, Reason: "PRECONDITION_FAILED - delivery acknowledgement on channel 1 timed out. Timeout value used: 60000 ms. This timeout value can be configured, see consumers doc guide to learn more"}
+	if !isConsumerTimeout(closed) {
+		t.Error("the broker's consumer timeout was not recognised")
+	}
+	for _, e := range []*amqp.Error{nil, {Code: amqp.PreconditionFailed, Reason: "PRECONDITION_FAILED - inequivalent arg 'x-max-priority'"}, {Code: amqp.ConnectionForced, Reason: "timed out"}} {
+		if isConsumerTimeout(e) {
+			t.Errorf("%v taken for a consumer timeout", e)
+		}
+	}
+
+	s := &subscription{held: map[uint64]heldDelivery{
+		1: {id: "slow", at: time.Now().Add(-61 * time.Second)},
+		2: {id: "quick", at: time.Now().Add(-2 * time.Second)},
+	}}
+	culprits, bystanders := s.overran(time.Minute)
+	if len(culprits) != 1 || culprits[0] != "slow" || len(bystanders) != 1 || bystanders[0] != "quick" {
+		t.Fatalf("culprits %v, bystanders %v", culprits, bystanders)
+	}
+	p := &WorkerPool{}
+	p.rememberOverran(culprits, bystanders)
+	for id, want := range map[string]redeliveryKind{"slow": redeliveryOverran, "quick": redeliveryNone, "other": redeliveryDied} {
+		if got := p.redelivery(id); got != want {
+			t.Errorf("redelivery of %s: %d, want %d", id, got, want)
+		}
+	}
+	if got := p.redelivery("quick"); got != redeliveryDied {
+		t.Errorf("a second redelivery of a bystander is %d: it is remembered once", got)
+	}
+
+	policy := RetryPolicy{Strategy: RetryFixed, Base: time.Second, MaxAttempts: 2}
+	o := overranOutcome(JobContext{Attempt: 1}, time.Minute, policy, time.Second, nil)
+	if o.Action != ActionRetry || !errors.Is(o.Err, ErrConsumerTimeoutExceeded) {
+		t.Errorf("outlived on attempt 1 of 2: %+v", o)
+	}
+	o = overranOutcome(JobContext{Attempt: 2}, time.Minute, policy, time.Second, nil)
+	if o.Action != ActionDeadLetter || o.Reason != "max attempts (2) exhausted after attempt 2: job outlived the broker's consumer timeout (1m0s)" {
+		t.Errorf("outlived on attempt 2 of 2: %+v", o)
 	}
 }
