@@ -47,6 +47,11 @@ func amqpURL() string { return "amqp://guest:guest@" + nodeAMQP + "/" }
 // TestMain starts the second node, runs the suite, stops the node whatever
 // happened, and writes the report table.
 func TestMain(m *testing.M) {
+	if os.Getenv(crashChildEnv) != "" {
+		// A worker process of TestFaultCrashLoopIsDeadLettered: the
+		// node is the parent's.
+		os.Exit(crashLoopChild())
+	}
 	wd, _ := os.Getwd()
 	repoRoot = filepath.Dir(wd)
 	brokerDir = brokertest.EnvOr("FAULT_BROKER_DIR", brokerDirDe)

@@ -143,9 +143,18 @@ func (c *channelConfirmer) open(ctx context.Context) error {
 	return nil
 }
 
+// discard closes the channel in the background: channel.close waits for
+// the broker's answer, which a broker blocking the connection's publishes
+// (blocked.go) does not send until the block ends, and the publish that
+// gave up must not wait for that. The next open opens a new channel, so
+// nothing can read the old one's confirms meanwhile.
 func (c *channelConfirmer) discard() {
-	if c.ch != nil {
-		_ = c.ch.Close()
+	if ch := c.ch; ch != nil {
+		if ch.IsClosed() {
+			_ = ch.Close()
+		} else {
+			go func() { _ = ch.Close() }()
+		}
 	}
 	c.ch, c.returns = nil, nil
 }

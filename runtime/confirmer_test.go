@@ -7,7 +7,9 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -16,8 +18,8 @@ import (
 // return is handed to the listener before the ack, as amqp091-go does),
 // pending (never confirmed) or fail (the publish itself fails).
 type fakeChannel struct {
-	closed  bool
-	closes  int
+	closed  atomic.Bool
+	closes  atomic.Int32 // Close runs on a goroutine of its own (discard)
 	returns chan amqp.Return
 	answer  func(rk string) string
 }
@@ -53,13 +55,26 @@ func (c *fakeChannel) publish(_ context.Context, rk string, msg amqp.Publishing)
 	case "ack":
 		conf.acked = true
 	case "closed":
-		c.closed = true
+		c.closed.Store(true)
 	}
 	close(conf.done)
 	return conf, nil
 }
-func (c *fakeChannel) IsClosed() bool { return c.closed }
-func (c *fakeChannel) Close() error   { c.closes++; c.closed = true; return nil }
+func (c *fakeChannel) IsClosed() bool { return c.closed.Load() }
+func (c *fakeChannel) Close() error   { c.closes.Add(1); c.closed.Store(true); return nil }
+
+// closedSoon reports whether c was closed once within a second: discard
+// closes a channel in the background, so as not to wait for a broker that
+// blocks the connection.
+func closedSoon(c *fakeChannel) bool {
+	for range 100 {
+		if c.closes.Load() == 1 {
+			return true
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return false
+}
 
 // fakeChannelConfirmer is a channelConfirmer whose channels are fakes
 // answering by answer; it returns the channels it opened.
@@ -136,7 +151,7 @@ func TestConfirmerReportsLostAndNotSent(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantKinds(t, c.publish(t.Context(), group("ack", "closed")), acked, lost)
-	if err := c.open(t.Context()); err != nil || len(*opened) != 2 || (*opened)[0].closes != 1 {
+	if err := c.open(t.Context()); err != nil || len(*opened) != 2 || !closedSoon((*opened)[0]) {
 		t.Fatalf("open after a closed channel: %v, %d opened; want the old one closed and a new one", err, len(*opened))
 	}
 	if err := c.open(t.Context()); err != nil || len(*opened) != 2 {
@@ -175,7 +190,7 @@ func TestConfirmerGivesUpWhenTheContextEnds(t *testing.T) {
 	if !errors.Is(fates[0].err, context.Canceled) {
 		t.Errorf("unconfirmed for %v, want the cancellation", fates[0].err)
 	}
-	if c.ch != nil || (*opened)[0].closes != 1 {
+	if c.ch != nil || !closedSoon((*opened)[0]) {
 		t.Error("the channel was kept after the confirmer gave up on it")
 	}
 }

@@ -37,6 +37,7 @@ import (
 	"log/slog"
 	"maps"
 	"math/rand/v2"
+	"net"
 	"sync"
 	"time"
 
@@ -49,6 +50,11 @@ const (
 	reconnectMinBackoff = 500 * time.Millisecond
 	reconnectMaxBackoff = 30 * time.Second
 )
+
+// closeTimeout is how long closing a connection waits for the broker's
+// close-ok; an answering broker replies within milliseconds (a blocked
+// connection's socket is dropped instead: see close).
+const closeTimeout = 10 * time.Second
 
 // conn is an AMQP connection that comes back after it is lost. It owns at most
 // one *amqp.Connection at a time; channels are opened from it on demand.
@@ -64,6 +70,12 @@ type conn struct {
 	ready  chan struct{}    // closed once cur is set; replaced when cur is lost
 	lost   error            // why a connection that cannot be redialled is gone
 	closed bool
+	// blocked is the broker's block of cur's publishes in progress, nil
+	// when there is none (blocked.go).
+	blocked *blockState
+	// sockets are the sockets of the connections dialled, for close to
+	// drop a blocked one; an entry goes when its connection is lost.
+	sockets map[*amqp.Connection]net.Conn
 
 	done    chan struct{} // closed by close
 	watcher sync.WaitGroup
@@ -102,7 +114,7 @@ func newConn(onConnect func(*amqp.Connection) error, logger *slog.Logger) *conn 
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &conn{onConnect: onConnect, logger: logger, ready: make(chan struct{}), done: make(chan struct{})}
+	return &conn{onConnect: onConnect, logger: logger, ready: make(chan struct{}), done: make(chan struct{}), sockets: map[*amqp.Connection]net.Conn{}}
 }
 
 // connect dials once and runs onConnect. It is used for the first connection
@@ -117,10 +129,31 @@ func (c *conn) connect(ctx context.Context) (*amqp.Connection, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	// The socket is kept, for close to drop it when the broker blocks
+	// the connection and would never answer connection.close.
+	var raw net.Conn
+	dialer := cfg.Dial
+	if dialer == nil {
+		timeout := 30 * time.Second // amqp091-go's default
+		if u, err := amqp.ParseURI(c.url); err == nil && u.ConnectionTimeout > 0 {
+			timeout = time.Duration(u.ConnectionTimeout) * time.Millisecond
+		}
+		dialer = amqp.DefaultDial(timeout)
+	}
+	cfg.Dial = func(network, addr string) (net.Conn, error) {
+		nc, err := dialer(network, addr)
+		raw = nc
+		return nc, err
+	}
 	ac, err := amqp.DialConfig(c.url, cfg)
 	if err != nil {
 		return nil, connectError(c.url, err)
 	}
+	c.mu.Lock()
+	if c.sockets != nil { // nil once closed
+		c.sockets[ac] = raw
+	}
+	c.mu.Unlock()
 	if c.onConnect != nil {
 		if err := c.onConnect(ac); err != nil {
 			_ = ac.Close()
@@ -133,12 +166,21 @@ func (c *conn) connect(ctx context.Context) (*amqp.Connection, error) {
 // start makes ac the current connection and watches it.
 func (c *conn) start(ac *amqp.Connection) {
 	lost := ac.NotifyClose(make(chan *amqp.Error, 1))
+	c.followBlocks(ac)
 	c.mu.Lock()
 	c.cur = ac
 	close(c.ready)
 	c.mu.Unlock()
 	c.watcher.Add(1)
 	go c.watch(ac, lost)
+}
+
+// followBlocks watches ac's connection.blocked notifications. amqp091-go
+// sends them without waiting, so the buffer holds a burst; it closes the
+// Go channel when the connection shuts down, which ends the goroutine.
+func (c *conn) followBlocks(ac *amqp.Connection) {
+	blocks := ac.NotifyBlocked(make(chan amqp.Blocking, 8))
+	go c.watchBlocked(ac, blocks)
 }
 
 // watch waits for the current connection to be lost and replaces it.
@@ -157,6 +199,8 @@ func (c *conn) watch(ac *amqp.Connection, lost chan *amqp.Error) {
 			return
 		}
 		c.cur = nil
+		c.endBlockLocked()
+		delete(c.sockets, ac)
 		c.ready = make(chan struct{})
 		if !c.redial {
 			c.lost = fmt.Errorf("queuey: the AMQP connection was lost: %v", describeClose(reason))
@@ -173,6 +217,7 @@ func (c *conn) watch(ac *amqp.Connection, lost chan *amqp.Error) {
 			return // closed while reconnecting
 		}
 		lost = ac.NotifyClose(make(chan *amqp.Error, 1))
+		c.followBlocks(ac)
 		c.mu.Lock()
 		if c.closed {
 			c.mu.Unlock()
@@ -291,14 +336,25 @@ func (c *conn) close() error {
 	c.closed = true
 	cur := c.cur
 	c.cur = nil
+	blocked := c.endBlockLocked() != nil
+	sockets := c.sockets
+	c.sockets = nil
 	close(c.done)
 	c.mu.Unlock()
 	var err error
 	// A caller's connection stays open: the caller closes it.
 	if cur != nil && c.redial && !cur.IsClosed() {
-		err = cur.Close()
-		if errors.Is(err, amqp.ErrClosed) {
-			err = nil
+		// A blocked connection's socket is not read by the broker, so
+		// connection.close would never be answered, and amqp091-go's
+		// CloseDeadline does not help: its heartbeater pushes the read
+		// deadline on with every server heartbeat. Drop the socket.
+		if raw := sockets[cur]; blocked && raw != nil {
+			_ = raw.Close()
+		} else {
+			err = cur.CloseDeadline(time.Now().Add(closeTimeout))
+			if errors.Is(err, amqp.ErrClosed) {
+				err = nil
+			}
 		}
 	}
 	c.watcher.Wait()

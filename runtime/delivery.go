@@ -198,6 +198,14 @@ func keep(ds []*delivery, ok func(*delivery) bool) []*delivery {
 // routing keys were picked for being sent now, not after waiting for a
 // channel.
 func (p *Producer) try(ctx context.Context, send []*delivery) {
+	// Nothing is written to a connection the broker is blocking: it would
+	// sit unread, and a declaration with it (blocked.go).
+	if err := p.conn.waitUnblocked(ctx, p.closing); err != nil {
+		for _, d := range send {
+			d.fail(fmt.Errorf("queuey: publish to %s: %w", d.target(), err))
+		}
+		return
+	}
 	for _, d := range send {
 		d.tries++
 	}
@@ -212,6 +220,11 @@ func (p *Producer) try(ctx context.Context, send []*delivery) {
 	}
 	if err != nil {
 		for _, d := range send {
+			err := err
+			if b := p.droppedBlocked.Load(); b != nil && errors.Is(err, ErrClosed) {
+				// Close dropped the blocked connection under it.
+				err = newBlockedError(*b, d.maybe != nil, err)
+			}
 			d.fail(fmt.Errorf("queuey: publish to %q: %w", d.key, err))
 		}
 		return
@@ -258,7 +271,8 @@ func (p *Producer) publishGroup(ctx context.Context, c confirmer, group []*deliv
 //	                              UnroutableRetry > 0          UnroutableRetry after the first round
 //	returned                      otherwise                    fail: ErrUnroutable
 //	lost with the channel                                      send again (a try), "may or may not"
-//	unconfirmed (context ended)                                fail: "gave up waiting", "may or may not"
+//	unconfirmed (context ended)                                fail: "gave up waiting", "may or may not";
+//	                                                           a *BlockedError (Sent) while blocked
 //	not sent                                                   send again (a try)
 //
 // "Send again (a try)" sends on the next try while the round has tries left
@@ -267,7 +281,9 @@ func (p *Producer) publishGroup(ctx context.Context, c confirmer, group []*deliv
 // declaration that fails fails the job (held.go); so does a pool or channel
 // that cannot be had (the context ended, or Close began); a probe lost with
 // its channel twice sends again (a try), any other probe failure fails the
-// job (divert.go).
+// job (divert.go); a try while the broker blocks publishes waits for the
+// block to end and fails the job with a *BlockedError (not sent) when the
+// context ends or Close begins first (blocked.go).
 func (p *Producer) judge(ctx context.Context, d *delivery, f fate) (late bool) {
 	switch f.kind {
 	case acked:
@@ -292,7 +308,11 @@ func (p *Producer) judge(ctx context.Context, d *delivery, f fate) (late bool) {
 		d.maybe = err
 		d.resend(ctx, err)
 	case unconfirmed:
-		d.fail(fmt.Errorf("queuey: publish to %s: gave up waiting for the broker's confirm; the job may or may not have been enqueued: %w", d.target(), f.err))
+		err := f.err
+		if b, blocked := p.conn.block(); blocked {
+			err = newBlockedError(b, true, f.err)
+		}
+		d.fail(fmt.Errorf("queuey: publish to %s: gave up waiting for the broker's confirm; the job may or may not have been enqueued: %w", d.target(), err))
 	case notSent:
 		d.resend(ctx, fmt.Errorf("queuey: publish to %s: %w", d.target(), f.err))
 	}

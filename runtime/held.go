@@ -99,6 +99,11 @@ func (p *Producer) declareHolds(ctx context.Context, send []*delivery) []*delive
 		}
 		at, err := p.holds.declareHold(ctx, d.key, h.work, h.ttlMs, h.durable)
 		if err != nil {
+			if b, blocked := p.conn.block(); blocked && isContextError(err) {
+				// The block began while the declaration ran: the
+				// broker stopped reading it.
+				err = fmt.Errorf("queuey: declare hold queue %q: %w", d.key, newBlockedError(b, false, err))
+			}
 			d.fail(err)
 			return false
 		}

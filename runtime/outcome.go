@@ -122,6 +122,10 @@ type Outcome struct {
 	// ctx is the context the handler ran with, through the middleware;
 	// nil when no handler ran or there is no middleware.
 	ctx context.Context
+	// died, when above 0, is how many runs of the job never settled, this
+	// delivery's predecessor included: the job was redelivered, not run
+	// (see diedOutcome). Its retry carries it in topology.HeaderDied.
+	died int
 }
 
 // Dispatcher is the decision half of a worker pool, without a broker: it
@@ -170,24 +174,42 @@ func NewDispatcher(workers *Workers, opts *WorkerOptions) (*Dispatcher, error) {
 // (it is abandoned, or it fails with context.Canceled) is not counted as an
 // attempt: the outcome is ActionRequeue.
 func (d *Dispatcher) Dispatch(ctx context.Context, queue string, body []byte) Outcome {
-	return d.dispatch(ctx, queue, body, nil, time.Now())
+	return d.dispatch(ctx, queue, body, nil, redeliveryNone, time.Now())
 }
 
+// redeliveryKind is what the pool knows of a delivery the broker marked
+// redelivered.
+type redeliveryKind uint8
+
+const (
+	// redeliveryNone: not a redelivery, or one that is not an attempt
+	// (a bystander of a consumer timeout): it runs.
+	redeliveryNone redeliveryKind = iota
+	// redeliveryDied: its last run never settled; its worker died or
+	// lost its connection (diedOutcome).
+	redeliveryDied
+	// redeliveryOverran: its last run outlived the broker's
+	// consumer_timeout, which closed its channel (diedOutcome).
+	redeliveryOverran
+)
+
 // dispatch is Dispatch of a delivery with headers, received at received.
-func (d *Dispatcher) dispatch(ctx context.Context, queue string, body []byte, headers amqp.Table, received time.Time) Outcome {
+// A delivery the broker redelivered as an attempt (why) is not run: see
+// diedOutcome.
+func (d *Dispatcher) dispatch(ctx context.Context, queue string, body []byte, headers amqp.Table, why redeliveryKind, received time.Time) Outcome {
 	env, err := decodeEnvelope(body)
 	if err != nil {
 		return Outcome{Action: ActionDeadLetter, Reason: ReasonMalformedEnvelope, Err: err}
 	}
-	return d.dispatchEnvelope(ctx, queue, env, headers, received)
+	return d.dispatchEnvelope(ctx, queue, env, headers, why, received)
 }
 
 // DispatchEnvelope is Dispatch for an envelope already decoded.
 func (d *Dispatcher) DispatchEnvelope(ctx context.Context, queue string, env Envelope) Outcome {
-	return d.dispatchEnvelope(ctx, queue, env, nil, time.Now())
+	return d.dispatchEnvelope(ctx, queue, env, nil, redeliveryNone, time.Now())
 }
 
-func (d *Dispatcher) dispatchEnvelope(ctx context.Context, queue string, env Envelope, headers amqp.Table, received time.Time) Outcome {
+func (d *Dispatcher) dispatchEnvelope(ctx context.Context, queue string, env Envelope, headers amqp.Table, why redeliveryKind, received time.Time) Outcome {
 	jc := jobContextFromEnvelope(env)
 	h, ok := d.workers.handlers[env.JobType]
 	if !ok {
@@ -208,6 +230,17 @@ func (d *Dispatcher) dispatchEnvelope(ctx context.Context, queue string, env Env
 	}
 	policy, _ := cands.resolve()
 	jc.MaxAttempts = policy.Attempts()
+	switch why {
+	case redeliveryDied:
+		o := diedOutcome(jc, headerInt(headers, topology.HeaderDied)+1, policy, d.opts.RetryGranularity, nil)
+		o.env = &env
+		return o
+	case redeliveryOverran:
+		o := overranOutcome(jc, d.opts.ConsumerTimeout, policy, d.opts.RetryGranularity, nil)
+		o.died = headerInt(headers, topology.HeaderDied)
+		o.env = &env
+		return o
+	}
 
 	timeout := d.opts.JobTimeout
 	if p.hasTimeout {
@@ -309,6 +342,51 @@ func interrupted(err error) bool {
 		pe    *PanicError
 	)
 	return !errors.As(err, &fatal) && !errors.As(err, &def) && !errors.As(err, &pe)
+}
+
+// ErrWorkerDied is the error of a job whose run never finished: the broker
+// redelivered it, which it does when the worker holding it unsettled died
+// or lost its connection. Such a run counts as an attempt.
+var ErrWorkerDied = errors.New("worker died during the job")
+
+// diedOutcome is the outcome of a redelivered job, whose run (at
+// jc.Attempt) never settled, the died'th such run: a crash loop, unless it
+// is counted. The run is an attempt that failed: the job is retried as the
+// next attempt (published, then the redelivery acknowledged, like any
+// retry), or dead-lettered once its policy's attempts are used up, with a
+// reason that says its runs never finished. The handler does not run.
+// A give-back (a Stop that ran out of time, a consumer the broker
+// cancelled) publishes a copy, which is not a redelivery: it never counts.
+func diedOutcome(jc JobContext, died int, policy RetryPolicy, retryGranularity time.Duration, rnd func() float64) Outcome {
+	times := "once"
+	if died != 1 {
+		times = fmt.Sprintf("%d times", died)
+	}
+	err := fmt.Errorf("%w %s: the broker redelivered it unsettled, as it does when its worker exits or loses its connection mid-job", ErrWorkerDied, times)
+	o := classify(jc, err, policy, retryGranularity, 0, rnd)
+	if o.Action == ActionDeadLetter && errors.Is(o.Err, ErrWorkerDied) && policy.Validate() == nil {
+		o.Reason = fmt.Sprintf("max attempts (%d) exhausted after attempt %d: worker died during the job %s (it never finished)", policy.Attempts(), jc.Attempt, times)
+	}
+	o.died = died
+	return o
+}
+
+// ErrConsumerTimeoutExceeded is the error of a job whose run outlived the
+// broker's consumer_timeout: the broker closed the channel it came on and
+// redelivered it. Such a run counts as an attempt.
+var ErrConsumerTimeoutExceeded = errors.New("job outlived the broker's consumer timeout")
+
+// overranOutcome is the outcome of a redelivered job whose run stayed
+// unacknowledged longer than the broker's consumer_timeout (limit), so
+// that the broker closed its channel: a failed attempt, like a run whose
+// worker died, since its run's own outcome can no longer be settled.
+func overranOutcome(jc JobContext, limit time.Duration, policy RetryPolicy, retryGranularity time.Duration, rnd func() float64) Outcome {
+	err := fmt.Errorf("%w (%s): the broker closed its channel and redelivered it; raise consumer_timeout or make the job shorter", ErrConsumerTimeoutExceeded, limit)
+	o := classify(jc, err, policy, retryGranularity, 0, rnd)
+	if o.Action == ActionDeadLetter && errors.Is(o.Err, ErrConsumerTimeoutExceeded) && policy.Validate() == nil {
+		o.Reason = fmt.Sprintf("max attempts (%d) exhausted after attempt %d: %s (%s)", policy.Attempts(), jc.Attempt, ErrConsumerTimeoutExceeded, limit)
+	}
+	return o
 }
 
 // classify turns a handler's result into an outcome. Given rnd it is pure:

@@ -313,7 +313,7 @@ func TestDispatcherOutcomes(t *testing.T) {
 	// A worker's own timeout overrides the pool's.
 	ws2 := NewWorkers()
 	AddWorker[plainArgs](ws2, timeoutWorker{})
-	d2, err := NewDispatcher(ws2, &WorkerOptions{JobTimeout: time.Hour})
+	d2, err := NewDispatcher(ws2, &WorkerOptions{JobTimeout: time.Hour, ConsumerTimeout: 2 * time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -81,6 +81,9 @@ type Producer struct {
 	mu       sync.RWMutex
 	closed   bool
 	inflight sync.WaitGroup
+	// droppedBlocked is the block Close dropped the connection in (see
+	// waitInflight), for the errors of the publishes it ended.
+	droppedBlocked atomic.Pointer[PublishingBlock]
 	// closing is closed when Close begins, so that a publish waiting for a
 	// lost connection to come back gives up with ErrClosed rather than keep
 	// Close waiting for it.
@@ -501,7 +504,7 @@ func (p *Producer) Close() error {
 	p.closed = true
 	close(p.closing)
 	p.mu.Unlock()
-	p.inflight.Wait()
+	p.waitInflight()
 
 	for range cap(p.pool) {
 		(<-p.pool).discard()
@@ -511,6 +514,33 @@ func (p *Producer) Close() error {
 		return err
 	}
 	return nil
+}
+
+// waitInflight waits for the publishes in flight. Those waiting for a
+// blocked connection to be unblocked end when Close begins; those that
+// wrote their job just as the block began wait for a confirm the blocked
+// broker will not send until it is unblocked, so while the connection is
+// blocked it is dropped, which settles them as lost with it ("may or may
+// not have been enqueued") and makes Close return.
+func (p *Producer) waitInflight() {
+	done := make(chan struct{})
+	go func() {
+		p.inflight.Wait()
+		close(done)
+	}()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-tick.C:
+			if b, blocked := p.conn.block(); blocked {
+				p.droppedBlocked.Store(&b)
+				_ = p.conn.close()
+			}
+		}
+	}
 }
 
 // begin registers a publish in flight, or refuses it once Close has begun.

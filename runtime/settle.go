@@ -28,6 +28,24 @@ const settleTimeout = 30 * time.Second
 type publisher interface {
 	publishEnvelopeWith(ctx context.Context, env Envelope, holdTTLms int64, headers amqp.Table) error
 	publishRaw(ctx context.Context, queue string, msg amqp.Publishing) error
+	// waitUnblocked returns once the broker does not block the
+	// publisher's connection, or a *BlockedError when ctx ends first.
+	waitUnblocked(ctx context.Context) error
+}
+
+func (p *Producer) waitUnblocked(ctx context.Context) error {
+	return p.conn.waitUnblocked(ctx, p.closing)
+}
+
+// awaitPublishing waits, before a settle's publish, for as long as the
+// broker blocks the pool's publisher: settleTimeout bounds the publish, not
+// a resource alarm, which would otherwise make every delivery settled
+// during it go back to its queue. The delivery stays unacknowledged
+// meanwhile, holding its handler slot, so the pool stops pulling once its
+// slots are full. Only a Stop that runs out of time (the job context)
+// ends the wait.
+func (s *subscription) awaitPublishing() error {
+	return s.pool.pub.waitUnblocked(s.pool.jobCtx)
 }
 
 var _ publisher = (*Producer)(nil)
@@ -81,6 +99,10 @@ func (s *subscription) settleAttrs(o Outcome) []any {
 // queue through a hold queue, as the next attempt (at priority 0) or as the
 // same attempt deferred (at the queue's max priority, ahead of the backlog).
 func (s *subscription) republish(logCtx context.Context, d amqp.Delivery, o Outcome) error {
+	if err := s.awaitPublishing(); err != nil {
+		s.requeue(logCtx, d, o, err)
+		return err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
 	defer cancel()
 	env := *o.env
@@ -92,14 +114,24 @@ func (s *subscription) republish(logCtx context.Context, d amqp.Delivery, o Outc
 		env.Deferrals++
 		env.Priority = s.q.maxPriority
 	}
-	if err := s.pool.pub.publishEnvelopeWith(ctx, env, o.HoldTTL.Milliseconds(), withoutDeadLetterHeaders(d.Headers)); err != nil {
+	headers := withoutDeadLetterHeaders(d.Headers)
+	if o.died > 0 {
+		if headers == nil {
+			headers = amqp.Table{}
+		}
+		headers[topology.HeaderDied] = int64(o.died)
+	}
+	if err := s.pool.pub.publishEnvelopeWith(ctx, env, o.HoldTTL.Milliseconds(), headers); err != nil {
 		s.requeue(logCtx, d, o, err)
 		return err
 	}
 	err := s.ack(d, o)
-	if o.Action == ActionRetry {
+	switch {
+	case o.died > 0:
+		s.pool.log.WarnContext(logCtx, "queuey: the job was redelivered unsettled: its last run never finished (its worker died or lost its connection); counted as a failed attempt, retrying", append(s.settleAttrs(o), "max_attempts", o.Job.MaxAttempts, "delay", o.HoldTTL, "died", o.died)...)
+	case o.Action == ActionRetry:
 		s.pool.log.WarnContext(logCtx, "queuey: job failed; retrying", append(s.settleAttrs(o), "max_attempts", o.Job.MaxAttempts, "delay", o.HoldTTL, "error", o.Err)...)
-	} else {
+	default:
 		s.pool.log.InfoContext(logCtx, "queuey: job deferred", append(s.settleAttrs(o), "delay", o.HoldTTL, "reason", o.Reason, "deferrals", env.Deferrals)...)
 	}
 	return err
@@ -115,6 +147,10 @@ func (s *subscription) deadLetter(logCtx context.Context, d amqp.Delivery, o Out
 		attempts = headerInt(d.Headers, topology.HeaderAttempt)
 	}
 	s.runDeadLetterHook(ctx, DeadLetter{Body: d.Body, Err: o.Err, Job: o.Job, Queue: s.q.work, Reason: o.Reason})
+	if err := s.awaitPublishing(); err != nil {
+		s.requeue(logCtx, d, o, err)
+		return err
+	}
 	if err := s.pool.pub.publishRaw(ctx, s.q.dead, deadLetterPublishing(d, o.Reason, s.q.work, attempts)); err != nil {
 		s.requeue(logCtx, d, o, err)
 		return err
@@ -149,36 +185,50 @@ func (s *subscription) requeue(logCtx context.Context, d amqp.Delivery, o Outcom
 	s.giveBack(d, o)
 }
 
-// giveBack returns delivery d of s to its work queue unsettled: with a
-// requeue (basic.nack), or, once the broker has cancelled s's consumer
-// because the queue was deleted (a migration replacing it), by publishing it
-// to the work queue again and acknowledging it. A requeue then would drop
-// it: the queue that delivered it is gone, and deleting a queue discards the
-// deliveries its consumers hold. The publish goes where a producer's would,
-// into the migration queue while the migration runs. A requeue sent just
-// before the cancellation arrives can still cross the deletion. giveBack
-// logs its failures, and reports whether the job is back in its queue, or
-// will be once the channel closes.
+// giveBack returns delivery d of s to its work queue unsettled, at the same
+// attempt, by publishing a copy of it to the work queue and acknowledging
+// it. A copy is a new message, which the broker does not mark redelivered:
+// a give-back never counts as an attempt, where a requeue (basic.nack)
+// would make the job look like one whose worker died (see diedOutcome).
+// The copy joins the back of the queue, at its priority. Once the broker
+// has cancelled s's consumer because the queue was deleted (a migration
+// replacing it), the copy is the only way back: the queue that delivered it
+// is gone, and deleting a queue discards the deliveries its consumers hold.
+// The publish goes where a producer's would, into the migration queue while
+// the migration runs. When the publish fails and the consumer was not
+// cancelled, the delivery is requeued instead, and its redelivery counts:
+// a broker that takes no publish is no place to guarantee the difference.
+// giveBack logs its failures, and reports whether the job is back in its
+// queue, or will be once the channel closes.
 func (s *subscription) giveBack(d amqp.Delivery, o Outcome) bool {
-	if !s.cancelled() {
-		if err := d.Nack(false, true); err != nil {
-			s.pool.log.Warn("queuey: could not return the job to its queue; the broker will deliver it again when the channel closes", append(s.settleAttrs(o), "error", err)...)
-		}
-		return true
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
 	defer cancel()
 	msg := divert.Republishing(d)
 	// The broker refuses a user id that is not the publishing
 	// connection's user.
 	msg.UserId = ""
-	if err := s.pool.pub.publishRaw(ctx, s.q.work, msg); err != nil {
-		// A requeue would drop it too: leave it to the channel's close.
-		s.pool.log.Error("queuey: the job's queue was deleted while the job ran, and publishing the job to it again failed: unless a try of that publish reached the queue after all, the job is lost", append(s.settleAttrs(o), "error", err)...)
-		return false
+	var err error
+	if _, blocked := s.pool.Blocked(); blocked && !s.cancelled() {
+		// The copy would wait for the block to end; a give-back is
+		// what a pool does when it cannot wait.
+		err = ErrPublishingBlocked
+	} else {
+		err = s.pool.pub.publishRaw(ctx, s.q.work, msg)
 	}
-	s.ack(d, o)
-	return true
+	if err == nil {
+		s.ack(d, o)
+		return true
+	}
+	if !s.cancelled() {
+		s.pool.log.Warn("queuey: could not publish the job back to its queue; requeueing it, so its redelivery counts as an attempt", append(s.settleAttrs(o), "error", err)...)
+		if err := d.Nack(false, true); err != nil {
+			s.pool.log.Warn("queuey: could not return the job to its queue; the broker will deliver it again when the channel closes", append(s.settleAttrs(o), "error", err)...)
+		}
+		return true
+	}
+	// A requeue would drop it too: leave it to the channel's close.
+	s.pool.log.Error("queuey: the job's queue was deleted while the job ran, and publishing the job to it again failed: unless a try of that publish reached the queue after all, the job is lost", append(s.settleAttrs(o), "error", err)...)
+	return false
 }
 
 // runDeadLetterHook runs OnDeadLetter, recovering its panic.

@@ -2,6 +2,7 @@ package queuey
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,15 +29,22 @@ type subscription struct {
 	// cancels hears the broker cancel the consumer: its queue was
 	// deleted, with the deliveries not yet settled (see giveBack).
 	cancels <-chan string
-	mu      sync.Mutex
-	gone    bool // a cancellation was read from cancels; under mu
+	// closes hears why the channel closed: the broker's consumer_timeout
+	// among others (see overran).
+	closes <-chan *amqp.Error
+	mu     sync.Mutex
+	gone   bool // a cancellation was read from cancels; under mu
+	// held are the deliveries taken and not yet settled, by delivery
+	// tag, with their message id and when they were taken; under mu. Read
+	// only when the broker closed the channel for its consumer_timeout.
+	held map[uint64]heldDelivery
 
 	inflight sync.WaitGroup // one per delivery being handled or settled
 }
 
 // newSubscription is a subscription to q on ch, not yet consuming.
 func newSubscription(p *WorkerPool, q *poolQueue, ch *amqp.Channel) *subscription {
-	return &subscription{pool: p, q: q, ch: ch, tag: "queuey-" + q.work + "-" + jobutil.NewID()[:8]}
+	return &subscription{pool: p, q: q, ch: ch, tag: "queuey-" + q.work + "-" + jobutil.NewID()[:8], held: map[uint64]heldDelivery{}}
 }
 
 // subscribe sets the prefetch and starts the consumer, registering s with
@@ -48,6 +56,7 @@ func (s *subscription) subscribe() error {
 		return fmt.Errorf("set prefetch: %w", err)
 	}
 	s.cancels = s.ch.NotifyCancel(make(chan string, 1))
+	s.closes = s.ch.NotifyClose(make(chan *amqp.Error, 1))
 	deliveries, err := s.ch.Consume(s.q.work, s.tag, false, false, false, false, nil)
 	if err != nil {
 		_ = s.ch.Close()
@@ -107,12 +116,18 @@ func (s *subscription) serve() {
 		}()
 	}()
 	for d := range s.deliveries {
+		s.mu.Lock()
+		s.held[d.DeliveryTag] = heldDelivery{id: d.MessageId, at: time.Now()}
+		s.mu.Unlock()
 		p.sem <- struct{}{}
 		s.inflight.Add(1)
 		go func() {
 			defer s.inflight.Done()
 			defer func() { <-p.sem }()
 			s.handle(d)
+			s.mu.Lock()
+			delete(s.held, d.DeliveryTag)
+			s.mu.Unlock()
 		}()
 	}
 }
@@ -120,7 +135,11 @@ func (s *subscription) serve() {
 // handle runs one delivery through the dispatcher and settles it.
 func (s *subscription) handle(d amqp.Delivery) {
 	start := time.Now()
-	o := s.pool.disp.dispatch(s.pool.jobCtx, s.q.name, d.Body, d.Headers, start)
+	why := redeliveryNone
+	if d.Redelivered {
+		why = s.pool.redelivery(d.MessageId)
+	}
+	o := s.pool.disp.dispatch(s.pool.jobCtx, s.q.name, d.Body, d.Headers, why, start)
 	took := time.Since(start)
 	err := s.settle(d, o, took)
 	if hook := s.pool.opts.OnSettled; hook != nil {
@@ -137,4 +156,54 @@ func (s *subscription) runSettledHook(hook func(Settlement), st Settlement) {
 		}
 	}()
 	hook(st)
+}
+
+// heldDelivery is a delivery a subscription holds unsettled.
+type heldDelivery struct {
+	id string    // message id (the job id)
+	at time.Time // when serve took it
+}
+
+// closeReason is why the broker closed s's channel, once the deliveries
+// have ended: amqp091-go notifies closes before it ends the consumers.
+// Nil when the channel is open, was closed by the client, or was lost
+// with its connection.
+func (s *subscription) closeReason() *amqp.Error {
+	select {
+	case e, ok := <-s.closes:
+		if ok {
+			return e
+		}
+	default:
+	}
+	return nil
+}
+
+// isConsumerTimeout reports whether e is the broker closing a channel for
+// its consumer_timeout: RabbitMQ 3.10 to 4.x say "PRECONDITION_FAILED -
+// delivery acknowledgement on channel 1 timed out. Timeout value used:
+// 60000 ms. ...".
+func isConsumerTimeout(e *amqp.Error) bool {
+	return e != nil && e.Code == amqp.PreconditionFailed && strings.Contains(e.Reason, "delivery acknowledgement") && strings.Contains(e.Reason, "timed out")
+}
+
+// overran sorts the deliveries s held when the broker closed its channel
+// for its consumer_timeout (limit): those held for about limit or longer
+// caused it; the others were only on the same channel. The broker
+// redelivers all of them; the pool remembers which is which (see
+// WorkerPool.redelivery), so that only the first kind counts an attempt.
+func (s *subscription) overran(limit time.Duration) (culprits, bystanders []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	for _, h := range s.held {
+		// The broker's clock started when it sent the delivery, a little
+		// before serve took it.
+		if now.Sub(h.at) >= limit-time.Second {
+			culprits = append(culprits, h.id)
+		} else {
+			bystanders = append(bystanders, h.id)
+		}
+	}
+	return culprits, bystanders
 }

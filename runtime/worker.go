@@ -82,6 +82,10 @@ type WorkerPool struct {
 	started  bool
 	stopping bool
 	subs     map[*poolQueue]*subscription // the live subscription of each queue, for Stop
+	// overran are the jobs whose channel the broker closed for its
+	// consumer_timeout, by message id, until their redelivery: whether
+	// the job outlived the timeout (true) or only shared its channel.
+	overran map[string]overranJob
 
 	consumers sync.WaitGroup // one per queue
 	handlers  sync.WaitGroup // one per subscription, until its last delivery is settled and its channel closed
@@ -388,7 +392,12 @@ func (p *WorkerPool) consume(q *poolQueue) {
 		p.mu.Lock()
 		delete(p.subs, q)
 		p.mu.Unlock()
-		switch {
+		switch reason := s.closeReason(); {
+		case isConsumerTimeout(reason):
+			culprits, bystanders := s.overran(p.opts.ConsumerTimeout)
+			p.rememberOverran(culprits, bystanders)
+			p.log.Error("queuey: the broker closed the channel because a delivery stayed unacknowledged longer than its consumer_timeout; it redelivers every unacknowledged job of the channel: those that outlived the timeout count an attempt, the others run again as they were; resubscribing",
+				"queue", q.work, "consumer_timeout", p.opts.ConsumerTimeout, "outlived", len(culprits), "same_channel", len(bystanders), "reason", reason.Reason)
 		case s.cancelled():
 			p.log.Warn("queuey: the broker cancelled the consumer (was the work queue deleted?); resubscribing once it is back", "queue", q.work, "consumer", s.tag)
 		case !p.isStopping():
@@ -434,6 +443,55 @@ func (p *WorkerPool) redeclareAbsent(q *poolQueue) bool {
 	}
 	p.log.Warn("queuey: the work queue was deleted and stayed absent with no migration in progress; declared it again", "queue", q.work, "absent_for", redeclareAfter)
 	return true
+}
+
+// overranJob is a job of a channel closed for the consumer timeout.
+type overranJob struct {
+	outlived bool
+	at       time.Time
+}
+
+// forgetOverranAfter bounds how long the pool waits for such a job's
+// redelivery, which may go to another process.
+const forgetOverranAfter = time.Hour
+
+// rememberOverran records the jobs of a channel the broker closed for its
+// consumer_timeout, for redelivery to tell them apart.
+func (p *WorkerPool) rememberOverran(culprits, bystanders []string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.overran == nil {
+		p.overran = map[string]overranJob{}
+	}
+	now := time.Now()
+	for id, j := range p.overran {
+		if now.Sub(j.at) > forgetOverranAfter {
+			delete(p.overran, id)
+		}
+	}
+	for _, id := range culprits {
+		p.overran[id] = overranJob{outlived: true, at: now}
+	}
+	for _, id := range bystanders {
+		p.overran[id] = overranJob{at: now}
+	}
+}
+
+// redelivery is what a redelivery of job id is: a bystander of a consumer
+// timeout (not an attempt: it runs), a job that outlived it, or else a run
+// whose worker died or lost its connection. Only redeliveries pay for it.
+func (p *WorkerPool) redelivery(id string) redeliveryKind {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	j, ok := p.overran[id]
+	if !ok {
+		return redeliveryDied
+	}
+	delete(p.overran, id)
+	if j.outlived {
+		return redeliveryOverran
+	}
+	return redeliveryNone
 }
 
 // register records s as the subscription of its queue, so that Stop can

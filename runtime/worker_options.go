@@ -39,6 +39,16 @@ type WorkerOptions struct {
 	// prefetch, so that every delivery the broker hands over can start at
 	// once.
 	Concurrency int
+	// ConsumerTimeout is the broker's consumer_timeout for the consumed
+	// queues: how long a delivery may stay unacknowledged before the broker
+	// closes its channel and redelivers every unacknowledged delivery of
+	// that channel, not only the slow one. RabbitMQ 3.10 does not tell
+	// clients its value, so state it when the broker's is not the default.
+	// NewWorkerPool refuses a JobTimeout above it. The time a delivery
+	// waits for a handler slot counts too, as does a handler that outlives
+	// JobTimeout 0 (no timeout) or its own WorkerWithTimeout timeout, which
+	// are not checked. Defaults to 30 min, RabbitMQ's default.
+	ConsumerTimeout time.Duration
 	// DeferGranularity is the step a deferral's delay is rounded up to. It
 	// must be a whole number of milliseconds. Defaults to 1 s.
 	DeferGranularity time.Duration
@@ -47,7 +57,9 @@ type WorkerOptions struct {
 	// error if it returns within AbandonGrace (100 ms) of the deadline. A
 	// handler that ignores its context is abandoned after that grace, still
 	// running, so that its delivery (and a shutdown) does not wait for it. A worker implementing
-	// WorkerWithTimeout overrides it. Defaults to none.
+	// WorkerWithTimeout overrides it. It must not exceed ConsumerTimeout.
+	// Defaults to none, which leaves a job that runs longer than the
+	// broker's consumer_timeout to have its channel closed under it.
 	JobTimeout time.Duration
 	// Logger receives a record per job, with its id (job_id), kind
 	// (job_type), queue, attempt and correlation_id: success at Debug,
@@ -94,6 +106,19 @@ type WorkerOptions struct {
 	RetryGranularity time.Duration
 }
 
+// DefaultConsumerTimeout is RabbitMQ's default consumer_timeout, which a
+// worker pool assumes unless WorkerOptions.ConsumerTimeout states another.
+const DefaultConsumerTimeout = 30 * time.Minute
+
+// consumerTimeoutSource says where a pool's consumer timeout came from,
+// for its errors.
+func consumerTimeoutSource(o *WorkerOptions) string {
+	if o == nil || o.ConsumerTimeout == 0 {
+		return ", RabbitMQ's default, assumed since WorkerOptions.ConsumerTimeout is not set"
+	}
+	return ", as WorkerOptions.ConsumerTimeout states"
+}
+
 // DeadLetter is what OnDeadLetter is told about a job on its way to the
 // dead-letter queue.
 type DeadLetter struct {
@@ -135,6 +160,17 @@ func (o *WorkerOptions) resolve() (WorkerOptions, error) {
 	}
 	if r.JobTimeout < 0 {
 		return r, fmt.Errorf("worker options: job timeout %s is negative: use 0 for none", r.JobTimeout)
+	}
+	if r.ConsumerTimeout < 0 {
+		return r, fmt.Errorf("worker options: consumer timeout %s is negative: leave it 0 for RabbitMQ's default (%s)", r.ConsumerTimeout, DefaultConsumerTimeout)
+	}
+	if r.ConsumerTimeout == 0 {
+		r.ConsumerTimeout = DefaultConsumerTimeout
+	}
+	if r.JobTimeout > r.ConsumerTimeout {
+		return r, fmt.Errorf("worker options: job timeout %s is longer than the broker's consumer timeout (%s%s): the broker would close the channel of a job that ran that long and redeliver all its jobs; "+
+			"raise the broker's consumer_timeout (consumer_timeout in rabbitmq.conf; per queue, on RabbitMQ 3.12 and later, with a policy or the x-consumer-timeout argument), then set ConsumerTimeout to it, or lower JobTimeout",
+			r.JobTimeout, r.ConsumerTimeout, consumerTimeoutSource(o))
 	}
 	if r.Retry != nil {
 		if err := r.Retry.Validate(); err != nil {

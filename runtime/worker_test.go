@@ -50,6 +50,8 @@ func (f *fakePublisher) publishRaw(_ context.Context, queue string, msg amqp.Pub
 	return nil
 }
 
+func (f *fakePublisher) waitUnblocked(context.Context) error { return nil }
+
 // fakeAck is an amqp.Acknowledger that records what was done.
 type fakeAck struct{ events *[]string }
 
@@ -267,8 +269,10 @@ func TestWorkerPoolSettleNeverAcksAFailedRepublish(t *testing.T) {
 		b.pub.fail = errors.New("broker said no")
 		b.pool.stopCancel() // skip the pause before requeueing
 		b.deliver(t, envelopeBody(t, "plain", "p.q1", 1, plainArgs{N: n}))
+		// The settle's publish, then the give-back's copy, which fails
+		// too, then the requeue.
 		got := strings.Join(*b.events, ",")
-		if got != "publish,nack-requeue" && got != "publish-raw,nack-requeue" {
+		if got != "publish,publish-raw,nack-requeue" && got != "publish-raw,publish-raw,nack-requeue" {
 			t.Errorf("N=%d: events %s", n, got)
 		}
 	}
@@ -343,15 +347,21 @@ func TestSessionCancelledOnlyByACancellation(t *testing.T) {
 
 // Regression: a Stop that ran out of time cancelled the running handlers and
 // settled their jobs as failures, which dead-lettered a job on its last
-// attempt. A shutdown is not an attempt: the delivery goes back as it is.
+// attempt. A shutdown is not an attempt: the delivery goes back as it is,
+// as a copy published to the work queue (a requeue would come back marked
+// redelivered, which counts as an attempt whose worker died: issue 18).
 func TestWorkerPoolSettleInterruptedByStopRequeuesWithoutAnAttempt(t *testing.T) {
 	t.Parallel()
 	b := setupSettle(t, nil)
 	b.pool.jobCancel() // what Stop does when its context ends
 	// The last of 3 attempts: settled as a failure, it was dead-lettered.
-	b.deliver(t, envelopeBody(t, "plain", "p.q1", 3, plainArgs{N: 4}))
-	if got := strings.Join(*b.events, ","); got != "nack-requeue" {
-		t.Errorf("events %s, want the delivery returned and nothing published", got)
+	body := envelopeBody(t, "plain", "p.q1", 3, plainArgs{N: 4})
+	b.deliver(t, body)
+	if got := strings.Join(*b.events, ","); got != "publish-raw,ack" {
+		t.Fatalf("events %s, want a copy published to the work queue, then the delivery acked", got)
+	}
+	if b.pub.rawQs[0] != "p.q1" || string(b.pub.raws[0].Body) != string(body) {
+		t.Errorf("copy to %s with body %s, want the delivery as it came, to its work queue", b.pub.rawQs[0], b.pub.raws[0].Body)
 	}
 	if len(b.hooked) != 0 {
 		t.Errorf("the dead-letter hook ran: %+v", b.hooked)

@@ -60,6 +60,10 @@ const (
 	// milliseconds: the start of a run is measured against it, since the
 	// envelope's enqueued_at_ms keeps the first enqueue.
 	HeaderReadyAt = "x-queuey-ready-at"
+	// HeaderDied counts the runs of a job that never settled: deliveries
+	// the broker redelivered because the worker holding them died (or lost
+	// its connection) first. Each one counted as an attempt.
+	HeaderDied = "x-queuey-died"
 )
 
 const (
