@@ -2,6 +2,7 @@ package queuey
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -125,6 +126,9 @@ type Settlement struct {
 //	fatal             the handler returned JobFatal (or the retry policy
 //	                  could not be followed)
 //	exhausted         the job failed on its last attempt
+//	died              the job's last attempt never finished: its worker died
+//	                  during it (or lost its connection) as often as its policy
+//	                  allows attempts (ErrWorkerDied)
 //	deferral_refused  the handler deferred for longer than a hold queue holds
 //
 // and "" for an outcome that is not a dead letter.
@@ -137,6 +141,7 @@ const (
 	ReasonClassFatal           ReasonClass = "fatal"
 	ReasonClassExhausted       ReasonClass = "exhausted"
 	ReasonClassDeferralRefused ReasonClass = "deferral_refused"
+	ReasonClassDied            ReasonClass = "died"
 )
 
 // ReasonClass is the class of o's dead-letter reason; "" unless o is a
@@ -151,6 +156,8 @@ func (o Outcome) ReasonClass() ReasonClass {
 		return ReasonClassMalformed
 	case strings.HasPrefix(r, ReasonUnknownJobType):
 		return ReasonClassUnknownKind
+	case errors.Is(o.Err, ErrWorkerDied):
+		return ReasonClassDied
 	case strings.HasPrefix(r, "max attempts ("):
 		return ReasonClassExhausted
 	case strings.HasPrefix(r, "deferral refused"):

@@ -157,6 +157,9 @@ func TestReasonClass(t *testing.T) {
 	}
 	// classify's own texts land in their classes.
 	rp := FixedRetry(1, time.Second)
+	if got := diedOutcome(JobContext{Attempt: 1}, 1, rp, time.Second, nil).ReasonClass(); got != ReasonClassDied {
+		t.Errorf("a job whose worker died on its last attempt: class %q, want %q", got, ReasonClassDied)
+	}
 	if got := classify(JobContext{Attempt: 1}, errors.New("boom"), rp, time.Second, time.Second, nil).ReasonClass(); got != ReasonClassExhausted {
 		t.Errorf("exhausted: %q", got)
 	}

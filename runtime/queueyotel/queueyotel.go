@@ -49,7 +49,7 @@
 // outcome could not be carried out, and the delivery goes back to its queue
 // to be delivered again); a dead letter's reason is its
 // queuey.ReasonClass (malformed, unknown_kind, fatal, exhausted,
-// deferral_refused), empty for the other outcomes.
+// deferral_refused, died), empty for the other outcomes.
 package queueyotel
 
 import (
