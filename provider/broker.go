@@ -64,8 +64,10 @@ func (b *broker) sameCluster(ac *amqp.Connection, amqpURL string) error {
 
 // brokerQueue is one queue as the management API lists it.
 type brokerQueue struct {
-	Name    string
-	Durable bool
+	Name string
+	// Consumers is the number of consumers; read only by listQueueStats.
+	Consumers int64
+	Durable   bool
 	// Type is "classic", "quorum" or "stream"; queuey only uses classic.
 	Type string
 	// Arguments holds integral JSON numbers as int64, so that they compare
@@ -155,6 +157,27 @@ func (b *broker) listQueues(vhost string) (map[string]brokerQueue, error) {
 	return out, nil
 }
 
+// listQueueStats is listQueues with each queue's consumer count too, for
+// the data source.
+func (b *broker) listQueueStats(vhost string) (map[string]brokerQueue, error) {
+	infos, err := b.client.ListQueuesWithParametersIn(vhost, statColumns)
+	if err != nil {
+		var resp rabbithole.ErrorResponse
+		if errors.As(err, &resp) && resp.StatusCode == http.StatusNotFound {
+			return nil, errVhostNotFound
+		}
+		return nil, err
+	}
+	out := make(map[string]brokerQueue, len(infos))
+	for _, q := range infos {
+		out[q.Name] = fromInfo(q)
+	}
+	return out, nil
+}
+
+// statColumns are queueColumns and the consumer count.
+var statColumns = url.Values{"columns": {"name,durable,type,arguments,messages,consumers"}}
+
 // queueColumns are the fields the provider reads of a queue. Asking for
 // just these keeps answers small, and leaves out consumer_details, which
 // RabbitMQ writes in a shape rabbit-hole cannot decode (channel_details
@@ -169,6 +192,7 @@ func fromInfo(q rabbithole.QueueInfo) brokerQueue {
 		Type:      q.Type,
 		Arguments: topology.WithoutDefaults(normalizeArgs(q.Arguments)),
 		Messages:  int64(q.Messages),
+		Consumers: int64(q.Consumers),
 	}
 }
 

@@ -43,6 +43,7 @@ func (r *queueSetResource) ModifyPlan(ctx context.Context, req resource.ModifyPl
 		return
 	}
 	resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("queues"), m)...)
+	resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("runtime_config"), runtimeConfig(plan.Vhost, plan.Prefix, queues))...)
 	if !plan.Vhost.IsUnknown() {
 		resp.Diagnostics.Append(r.transientDiagnostics(plan.Vhost.ValueString(), plan.Prefix.ValueString(), queues)...)
 	}

@@ -230,7 +230,7 @@ func (p *queueyProvider) Resources(_ context.Context) []func() resource.Resource
 }
 
 func (p *queueyProvider) DataSources(_ context.Context) []func() datasource.DataSource {
-	return nil
+	return []func() datasource.DataSource{NewQueueSetDataSource}
 }
 
 // defaultAMQPURL is the AMQP URL of the broker whose management API is at

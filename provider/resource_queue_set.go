@@ -2,8 +2,11 @@ package provider
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -47,6 +50,8 @@ type queueSetModel struct {
 	Prefix       types.String `tfsdk:"prefix"`
 	ForceDestroy types.Bool   `tfsdk:"force_destroy"`
 	Queues       types.Map    `tfsdk:"queues"`
+	// RuntimeConfig is the set in the JSON the runtime reads.
+	RuntimeConfig types.String `tfsdk:"runtime_config"`
 }
 
 func (r *queueSetResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
@@ -159,6 +164,15 @@ func queueSetSchema() schema.Schema {
 				Computed:            true,
 				MarkdownDescription: "`<prefix>@<vhost>`, e.g. `myapp@/`; the import id.",
 				PlanModifiers:       []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
+			},
+			"runtime_config": schema.StringAttribute{
+				Computed: true,
+				MarkdownDescription: "The set as JSON, in the form the queuey Go runtime reads (`queuey.ParseQueueSet`, or `queuey.LoadQueueSet` from an environment variable or file): " +
+					"the vhost, the prefix, and every queue with its broker names and the arguments Terraform declared it with. " +
+					"A process built from it declares exactly these queues, so the set is written once, here. " +
+					"Per-process settings (prefetch, retry policies) are set in Go. " +
+					fmt.Sprintf("Format version %d: ", topology.RuntimeConfigVersion) +
+					"`{\"version\":1,\"vhost\":\"/\",\"prefix\":\"myapp\",\"queues\":[{\"name\":\"emails\",\"work_queue\":\"myapp.emails\",\"dead_queue\":\"myapp.emails.dead\",\"max_priority\":10,\"message_ttl_ms\":0,\"durable\":true}]}`.",
 			},
 		},
 	}
@@ -421,5 +435,32 @@ func writeState(ctx context.Context, state *tfsdk.State, m queueSetModel, queues
 	diags.Append(d...)
 	m.Queues = v
 	m.ID = types.StringValue(formatID(m.Vhost.ValueString(), m.Prefix.ValueString()))
+	m.RuntimeConfig = runtimeConfig(m.Vhost, m.Prefix, queues)
 	diags.Append(state.Set(ctx, &m)...)
+}
+
+// runtimeConfig is the runtime_config of a set: its JSON, or unknown while
+// any part of it is.
+func runtimeConfig(vhost, prefix types.String, queues map[string]queueModel) types.String {
+	if vhost.IsUnknown() || prefix.IsUnknown() {
+		return types.StringUnknown()
+	}
+	set := topology.Set{Prefix: prefix.ValueString()}
+	for _, name := range slices.Sorted(maps.Keys(queues)) {
+		q := queues[name]
+		if !configKnown(q) {
+			return types.StringUnknown()
+		}
+		tq, err := toTopology(name, q)
+		if err != nil {
+			// Validation reports the error.
+			return types.StringUnknown()
+		}
+		set.Queues = append(set.Queues, tq)
+	}
+	data, err := json.Marshal(topology.NewRuntimeConfig(vhost.ValueString(), set))
+	if err != nil {
+		return types.StringUnknown()
+	}
+	return types.StringValue(string(data))
 }

@@ -255,6 +255,7 @@ func deadLetterPublishing(d amqp.Delivery, reason, work string, attempts int) am
 	h[topology.HeaderDeathReason] = reason
 	h[topology.HeaderOriginalQueue] = work
 	h[topology.HeaderAttempts] = int64(attempts)
+	h[topology.HeaderDeadLetteredAt] = time.Now().UnixMilli()
 	return amqp.Publishing{
 		Headers:         h,
 		ContentType:     d.ContentType,
@@ -284,7 +285,7 @@ func withoutDeadLetterHeaders(h amqp.Table) amqp.Table {
 	out := make(amqp.Table, len(h))
 	for k, v := range h {
 		switch k {
-		case topology.HeaderDeathReason, topology.HeaderOriginalQueue, topology.HeaderAttempts:
+		case topology.HeaderDeathReason, topology.HeaderOriginalQueue, topology.HeaderAttempts, topology.HeaderDeadLetteredAt:
 		default:
 			out[k] = v
 		}

@@ -55,6 +55,10 @@ const (
 	HeaderOriginalQueue = "x-original-queue"
 	// HeaderAttempts is how many attempts a dead letter had.
 	HeaderAttempts = "x-attempts"
+	// HeaderDeadLetteredAt is when a job was dead-lettered, in Unix
+	// milliseconds. Dead letters written before it existed, or by the
+	// original queuey, lack it.
+	HeaderDeadLetteredAt = "x-queuey-dead-lettered-at"
 	// HeaderReadyAt is when a job that went through a hold queue (a
 	// delay, a retry, a deferral) was to be released from it, in Unix
 	// milliseconds: the start of a run is measured against it, since the
