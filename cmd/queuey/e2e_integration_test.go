@@ -140,11 +140,18 @@ func TestCLIStatusHealthySet(t *testing.T) {
 			Consumers int    `json:"consumers"`
 		} `json:"queues"`
 	}
-	if err := json.Unmarshal([]byte(cli(t, b, "status", "--prefix", b.Prefix, "--json")), &r); err != nil {
-		t.Fatal(err)
-	}
-	if !r.Healthy || len(r.Queues["jobs"]) != 2 || r.Queues["jobs"][0].Role != "work" || r.Queues["jobs"][0].Consumers != 1 {
-		t.Fatalf("status --json = %+v, want healthy with jobs's work queue consumed once", r)
+	// The management API shows a new consumer only at its next stats
+	// refresh (every 5 s): a healthy, empty set may report none before it.
+	for deadline := time.Now().Add(45 * time.Second); ; time.Sleep(time.Second) {
+		if err := json.Unmarshal([]byte(cli(t, b, "status", "--prefix", b.Prefix, "--json")), &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Healthy && len(r.Queues["jobs"]) == 2 && r.Queues["jobs"][0].Role == "work" && r.Queues["jobs"][0].Consumers == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status --json = %+v 45 s after the pool started, want healthy with jobs's work queue consumed once", r)
+		}
 	}
 	t.Logf("healthy set:\n%s", out)
 }
