@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -77,25 +78,35 @@ func cliRun(t *testing.T, b *brokertest.Broker, args ...string) (string, string,
 	return out.String(), errOut.String(), err
 }
 
-// eventually runs status until its output has every one of want: the
+// statusEventually runs status until its output has every one of want: the
 // management API refreshes counts every few seconds.
 func statusEventually(t *testing.T, b *brokertest.Broker, want ...string) string {
 	t.Helper()
-	deadline := time.Now().Add(45 * time.Second)
-	for {
-		out := cli(t, b, "status", "--prefix", b.Prefix)
-		missing := ""
+	var out string
+	eventually(t, func() (bool, string) {
+		out = cli(t, b, "status", "--prefix", b.Prefix)
 		for _, w := range want {
 			if !strings.Contains(out, w) {
-				missing = w
-				break
+				return false, fmt.Sprintf("queuey status never said %q; last output:\n%s", w, out)
 			}
 		}
-		if missing == "" {
-			return out
+		return true, ""
+	})
+	return out
+}
+
+// eventually calls try every second until it reports done, and fails the
+// test with try's last complaint after 45 s.
+func eventually(t *testing.T, try func() (done bool, complaint string)) {
+	t.Helper()
+	deadline := time.Now().Add(45 * time.Second)
+	for {
+		done, complaint := try()
+		if done {
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("queuey status never said %q; last output:\n%s", missing, out)
+			t.Fatal(complaint)
 		}
 		time.Sleep(time.Second)
 	}
@@ -142,17 +153,13 @@ func TestCLIStatusHealthySet(t *testing.T) {
 	}
 	// The management API shows a new consumer only at its next stats
 	// refresh (every 5 s): a healthy, empty set may report none before it.
-	for deadline := time.Now().Add(45 * time.Second); ; time.Sleep(time.Second) {
+	eventually(t, func() (bool, string) {
 		if err := json.Unmarshal([]byte(cli(t, b, "status", "--prefix", b.Prefix, "--json")), &r); err != nil {
 			t.Fatal(err)
 		}
-		if r.Healthy && len(r.Queues["jobs"]) == 2 && r.Queues["jobs"][0].Role == "work" && r.Queues["jobs"][0].Consumers == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("status --json = %+v 45 s after the pool started, want healthy with jobs's work queue consumed once", r)
-		}
-	}
+		ok := r.Healthy && len(r.Queues["jobs"]) == 2 && r.Queues["jobs"][0].Role == "work" && r.Queues["jobs"][0].Consumers == 1
+		return ok, fmt.Sprintf("status --json = %+v for 45 s, want healthy with jobs's work queue consumed once", r)
+	})
 	t.Logf("healthy set:\n%s", out)
 }
 
