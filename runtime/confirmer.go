@@ -7,6 +7,7 @@ package queuey
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -48,48 +49,86 @@ type fate struct {
 	ret  amqp.Return
 }
 
-// confirmer is one confirm-mode channel of the producer's pool, used by one
-// publisher at a time. The delivery loop reaches the broker's publishing
-// side through this interface only, so a fake can stand in for it.
+// confirmer is one confirm-mode channel of the producer's pool, shared by
+// the tries that hold it at once (ProducerOptions.PublishesPerChannel), each
+// waiting for its own confirms: that is what pipelines concurrent
+// publishes. The delivery loop reaches the broker's publishing side through
+// this interface only, so a fake can stand in for it.
 type confirmer interface {
 	// open makes sure there is a live channel, opening one (once the
-	// connection is back) if it was lost.
+	// connection is back) if it was lost. Concurrent opens of a lost
+	// channel open one new channel.
 	open(ctx context.Context) error
 	// publish publishes each message of group to the default exchange,
 	// mandatory, waits for every confirm and returns one fate per message,
-	// in order. Messages of a group of more than one must have distinct
-	// MessageIds: returns are matched by them.
+	// in order. The messages of a group must not share both a routing key
+	// and a MessageId: returns are matched by the two.
 	publish(ctx context.Context, group []outbound) []fate
-	// discard closes the channel, so that nothing published on it can be
-	// mistaken for a later publish's confirm or return.
+	// discard closes the channel; the publishes waiting for confirms on it
+	// see them lost.
 	discard()
 }
 
-// channelConfirmer is the confirmer over an *amqp.Channel.
+// channelConfirmer is the confirmer over an *amqp.Channel, safe for
+// concurrent publishes.
 //
-// Returns and confirms arrive on different Go channels; amqp091-go lists
-// their ordering as a non-goal, because a receiver selecting on both can see
-// them in either order. What does hold (channel.go, dispatch, in v1.17.0):
-// the broker sends a message's basic.return before its basic.ack, and
-// amqp091-go's single reader goroutine finishes handing the return to every
-// return listener (a plain send into a buffered Go channel) before it
-// processes the ack. So publish waits for every confirm of its group, and
-// only then drains the return listener without blocking: every return of
-// the group is in it, and nothing else was published on the channel
-// meanwhile. When the context ends while it waits, it drains the listener
-// all the same: a message whose confirm did arrive may have been returned.
-// The listener's buffer (maxChunk) always has room, so amqp091-go never
-// drops a return for want of a reader.
+// Confirms are matched to their publishes by delivery tag (amqp091-go's
+// DeferredConfirmation). Returns carry no tag: they are matched by routing
+// key and MessageId, which is why no two messages in flight on one channel
+// may share both (a publish whose message would waits until the earlier one
+// is confirmed: the same job sent twice at once, or two copies of a foreign
+// message without an id). Returns and confirms arrive on different Go
+// channels; amqp091-go lists their ordering as a non-goal, because a
+// receiver selecting on both can see them in either order. What does hold
+// (channel.go, dispatch, in v1.17.0): the broker sends a message's
+// basic.return before its basic.ack, and amqp091-go's single reader
+// goroutine finishes handing the return to every return listener (a plain
+// send into a buffered Go channel) before it processes the ack. So once a
+// publish has seen a confirm, the message's return, if any, is in the
+// listener or was already taken from it by another publish, which filed it
+// under the message's key (chanGen.pending). Every publish drains the
+// listener into the pending messages once its confirms are in, then reads
+// its own. A message's key stays reserved until its confirm arrives, even
+// when its publisher stopped waiting for it (the context ended), so that
+// its return can never be taken for a later message's. At most maxInFlight
+// messages are reserved on a channel, and the listener's buffer holds as
+// many, so amqp091-go never drops a return for want of a reader.
 type channelConfirmer struct {
 	// dial opens a channel in confirm mode, with its return listener.
-	dial    func(ctx context.Context) (confirmChannel, <-chan amqp.Return, error)
+	dial func(ctx context.Context) (confirmChannel, <-chan amqp.Return, error)
+
+	mu sync.Mutex
+	// gen is the live channel; nil before the first open and after a
+	// discard.
+	gen *chanGen
+	// dialing, while an open dials, is closed when it is done.
+	dialing chan struct{}
+}
+
+// maxInFlight is how many messages one publishing channel carries at once
+// at most, and the buffer of its return listener.
+const maxInFlight = 2 * maxChunk
+
+// chanGen is one channel of a confirmer, with the messages in flight on it.
+type chanGen struct {
 	ch      confirmChannel
 	returns <-chan amqp.Return
+
+	mu sync.Mutex
+	// pending are the messages reserved on the channel, each with its
+	// return once one was drained from the listener (nil until then).
+	pending map[returnKey]*amqp.Return
+	// room is closed, and replaced, when messages are released.
+	room chan struct{}
 }
+
+// returnKey is what matches a return to its message.
+type returnKey struct{ rk, messageID string }
 
 // confirmChannel is what a channelConfirmer needs of a confirm-mode
 // *amqp.Channel (amqpChannel), and confirmation what it needs of an
-// *amqp.DeferredConfirmation: what a unit test fakes.
+// *amqp.DeferredConfirmation: what a unit test fakes. publish must be safe
+// for concurrent use, as amqp091-go's is.
 type confirmChannel interface {
 	publish(ctx context.Context, rk string, msg amqp.Publishing) (confirmation, error)
 	IsClosed() bool
@@ -114,7 +153,7 @@ func newChannelConfirmer(c *conn, closing <-chan struct{}) *channelConfirmer {
 			_ = ch.Close()
 			return nil, nil, fmt.Errorf("queuey: put channel in confirm mode: %w", err)
 		}
-		return amqpChannel{ch}, ch.NotifyReturn(make(chan amqp.Return, maxChunk)), nil
+		return amqpChannel{ch}, ch.NotifyReturn(make(chan amqp.Return, maxInFlight)), nil
 	}}
 }
 
@@ -131,49 +170,90 @@ func (c amqpChannel) publish(ctx context.Context, rk string, msg amqp.Publishing
 }
 
 func (c *channelConfirmer) open(ctx context.Context) error {
-	if c.ch != nil && !c.ch.IsClosed() {
-		return nil
-	}
-	c.discard()
-	ch, returns, err := c.dial(ctx)
-	if err != nil {
+	for {
+		c.mu.Lock()
+		if g := c.gen; g != nil && !g.ch.IsClosed() {
+			c.mu.Unlock()
+			return nil
+		}
+		if wait := c.dialing; wait != nil {
+			// Another publish is opening it: wait for that, then
+			// look again (its dial may have failed on its context).
+			c.mu.Unlock()
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		old := c.gen
+		c.gen = nil
+		done := make(chan struct{})
+		c.dialing = done
+		c.mu.Unlock()
+		old.close()
+
+		ch, returns, err := c.dial(ctx)
+		c.mu.Lock()
+		c.dialing = nil
+		close(done)
+		if err == nil {
+			c.gen = &chanGen{ch: ch, returns: returns, pending: make(map[returnKey]*amqp.Return), room: make(chan struct{})}
+		}
+		c.mu.Unlock()
 		return err
 	}
-	c.ch, c.returns = ch, returns
-	return nil
 }
 
-// discard closes the channel in the background: channel.close waits for
-// the broker's answer, which a broker blocking the connection's publishes
-// (blocked.go) does not send until the block ends, and the publish that
-// gave up must not wait for that. The next open opens a new channel, so
-// nothing can read the old one's confirms meanwhile.
+// discard closes the channel, in the background when it is still open:
+// channel.close waits for the broker's answer, which a broker blocking the
+// connection's publishes (blocked.go) does not send until the block ends.
+// The next open opens a new channel.
 func (c *channelConfirmer) discard() {
-	if ch := c.ch; ch != nil {
-		if ch.IsClosed() {
-			_ = ch.Close()
-		} else {
-			go func() { _ = ch.Close() }()
-		}
-	}
-	c.ch, c.returns = nil, nil
+	c.mu.Lock()
+	g := c.gen
+	c.gen = nil
+	c.mu.Unlock()
+	g.close()
 }
 
-// errChannelGone is the cause of a message not sent because an earlier
-// send on the channel gave up on it (see unconfirmed).
+func (g *chanGen) close() {
+	if g == nil {
+		return
+	}
+	if g.ch.IsClosed() {
+		_ = g.ch.Close()
+	} else {
+		go func() { _ = g.ch.Close() }()
+	}
+}
+
+// errChannelGone is the cause of a message not sent because the channel
+// was discarded (Close) before it was sent.
 var errChannelGone = fmt.Errorf("the channel closed before the job was sent: %w", amqp.ErrClosed)
 
 func (c *channelConfirmer) publish(ctx context.Context, group []outbound) []fate {
 	fates := make([]fate, len(group))
-	if c.ch == nil {
+	c.mu.Lock()
+	g := c.gen
+	c.mu.Unlock()
+	if g == nil {
 		for i := range fates {
 			fates[i] = fate{kind: notSent, err: errChannelGone}
 		}
 		return fates
 	}
+	keys, err := g.reserve(group)
+	if err != nil {
+		for i := range fates {
+			fates[i] = fate{kind: notSent, err: err}
+		}
+		return fates
+	}
 	dcs := make([]confirmation, 0, len(group))
 	for i, o := range group {
-		dc, err := c.ch.publish(ctx, o.rk, o.msg)
+		dc, err := g.ch.publish(ctx, o.rk, o.msg)
 		if err != nil {
 			for j := i; j < len(group); j++ {
 				fates[j] = fate{kind: notSent, err: err}
@@ -183,11 +263,12 @@ func (c *channelConfirmer) publish(ctx context.Context, group []outbound) []fate
 		dcs = append(dcs, dc)
 	}
 	var gaveUp error
+	var abandoned []int // unconfirmed: their keys stay reserved
 	for i, dc := range dcs {
 		if gaveUp == nil {
 			ok, err := dc.WaitContext(ctx)
 			if err == nil {
-				fates[i] = c.settled(ok)
+				fates[i] = g.settled(ok)
 				continue
 			}
 			gaveUp = err
@@ -196,57 +277,139 @@ func (c *channelConfirmer) publish(ctx context.Context, group []outbound) []fate
 		// still count (WaitContext picks at random when both are ready).
 		select {
 		case <-dc.Done():
-			fates[i] = c.settled(dc.Acked())
+			fates[i] = g.settled(dc.Acked())
 		default:
 			fates[i] = fate{kind: unconfirmed, err: gaveUp}
+			abandoned = append(abandoned, i)
 		}
 	}
-	c.collectReturns(group, fates)
-	if gaveUp != nil {
-		// Confirms still due would be mistaken for the next publisher's.
-		c.discard()
+	g.collect(keys, fates)
+	if len(abandoned) > 0 {
+		go g.settleAbandoned(keys, dcs, abandoned)
 	}
 	return fates
 }
 
-// settled is the fate of a message whose confirm arrived: amqp091-go
-// settles the confirms of a closed channel as nacks, though the broker said
-// nothing.
-func (c *channelConfirmer) settled(ok bool) fate {
-	switch {
-	case ok:
-		return fate{kind: acked, at: time.Now()}
-	case c.ch.IsClosed():
-		return fate{kind: lost}
-	default:
-		return fate{kind: nacked}
+// reserve reserves the keys of group's messages on g and returns them. When
+// g has no room for them, or one of them is in flight, it reserves nothing
+// and returns a *busyError: the caller waits and routes the messages
+// afresh, because waiting here would spend the divert probe they were
+// routed by.
+func (g *chanGen) reserve(group []outbound) ([]returnKey, error) {
+	keys := make([]returnKey, len(group))
+	for i, o := range group {
+		keys[i] = returnKey{o.rk, o.msg.MessageId}
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.pending)+len(keys) > maxInFlight {
+		return nil, &busyError{why: fmt.Sprintf("%d messages are in flight on the channel, at most %d can be", len(g.pending), maxInFlight), wait: g.room}
+	}
+	for _, k := range keys {
+		if g.has(k) {
+			return nil, &busyError{why: fmt.Sprintf("a message with id %q to %q is in flight on the channel, and their returns could not be told apart", k.messageID, k.rk), wait: g.room}
+		}
+	}
+	before := len(g.pending)
+	for _, k := range keys {
+		g.pending[k] = nil
+	}
+	if dup := before + len(keys) - len(g.pending); dup > 0 {
+		for _, k := range keys {
+			delete(g.pending, k)
+		}
+		return nil, fmt.Errorf("queuey: %d messages of one publish share a routing key and a message id with another of it, so their returns could not be told apart", dup)
+	}
+	return keys, nil
+}
+
+// busyError is the cause of messages not sent because their channel had no
+// room for them, or carried a message with the same key: not a try of the
+// job's (judge), which waits for wait and sends it again.
+type busyError struct {
+	why  string
+	wait <-chan struct{}
+}
+
+func (e *busyError) Error() string { return "the publishing channel is busy: " + e.why }
+
+// collect drains g's return listener into the messages in flight, then
+// reads the returns of keys into fates, and releases the keys whose
+// confirms arrived.
+func (g *chanGen) collect(keys []returnKey, fates []fate) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.drain()
+	released := false
+	for i, k := range keys {
+		switch fates[i].kind {
+		case unconfirmed:
+			continue // released by settleAbandoned once confirmed
+		case acked, nacked, lost:
+			if r := g.pending[k]; r != nil {
+				fates[i] = fate{kind: returned, ret: *r}
+			}
+		}
+		delete(g.pending, k)
+		released = true
+	}
+	if released {
+		close(g.room)
+		g.room = make(chan struct{})
 	}
 }
 
-// collectReturns reads the returns waiting in the listener into fates.
-func (c *channelConfirmer) collectReturns(group []outbound, fates []fate) {
-	var byID map[string]int
-	if len(group) > 1 {
-		byID = make(map[string]int, len(group))
-		for i, o := range group {
-			byID[o.msg.MessageId] = i
-		}
-	}
+// drain files the returns waiting in the listener under their messages;
+// g.mu is held.
+func (g *chanGen) drain() {
 	for {
 		select {
-		case r, ok := <-c.returns:
+		case r, ok := <-g.returns:
 			if !ok {
 				return
 			}
-			i, found := 0, true
-			if byID != nil {
-				i, found = byID[r.MessageId]
-			}
-			if found {
-				fates[i] = fate{kind: returned, ret: r}
+			if k := (returnKey{r.RoutingKey, r.MessageId}); g.has(k) {
+				g.pending[k] = &r
 			}
 		default:
 			return
 		}
+	}
+}
+
+// has reports whether k is reserved; g.mu is held.
+func (g *chanGen) has(k returnKey) bool {
+	_, ok := g.pending[k]
+	return ok
+}
+
+// settleAbandoned waits for the confirms of the messages whose publisher
+// gave up on them (they arrive, or the channel's closing settles them),
+// then releases their keys.
+func (g *chanGen) settleAbandoned(keys []returnKey, dcs []confirmation, abandoned []int) {
+	for _, i := range abandoned {
+		<-dcs[i].Done()
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.drain()
+	for _, i := range abandoned {
+		delete(g.pending, keys[i])
+	}
+	close(g.room)
+	g.room = make(chan struct{})
+}
+
+// settled is the fate of a message whose confirm arrived on g: amqp091-go
+// settles the confirms of a closed channel as nacks, though the broker said
+// nothing.
+func (g *chanGen) settled(ok bool) fate {
+	switch {
+	case ok:
+		return fate{kind: acked, at: time.Now()}
+	case g.ch.IsClosed():
+		return fate{kind: lost}
+	default:
+		return fate{kind: nacked}
 	}
 }

@@ -6,7 +6,9 @@ package queuey
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,6 +24,33 @@ type fakeChannel struct {
 	closes  atomic.Int32 // Close runs on a goroutine of its own (discard)
 	returns chan amqp.Return
 	answer  func(rk string) string
+
+	mu sync.Mutex
+	// waiting are the confirms of the pending publishes, for settle.
+	waiting []*fakeConfirmation
+	// overflow counts the returns the listener had no room for, which
+	// amqp091-go would drop.
+	overflow atomic.Int32
+}
+
+// settle acks the pending publishes, and reports how many there were.
+func (c *fakeChannel) settle() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, f := range c.waiting {
+		f.acked = true
+		close(f.done)
+	}
+	n := len(c.waiting)
+	c.waiting = nil
+	return n
+}
+
+// unsettled is how many publishes wait for their confirms.
+func (c *fakeChannel) unsettled() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.waiting)
 }
 
 type fakeConfirmation struct {
@@ -48,9 +77,16 @@ func (c *fakeChannel) publish(_ context.Context, rk string, msg amqp.Publishing)
 	case "fail":
 		return nil, errPublishFailed
 	case "pending":
+		c.mu.Lock()
+		c.waiting = append(c.waiting, conf)
+		c.mu.Unlock()
 		return conf, nil
 	case "return":
-		c.returns <- amqp.Return{RoutingKey: rk, MessageId: msg.MessageId, ReplyCode: 312, ReplyText: "NO_ROUTE"}
+		select {
+		case c.returns <- amqp.Return{RoutingKey: rk, MessageId: msg.MessageId, ReplyCode: 312, ReplyText: "NO_ROUTE"}:
+		default:
+			c.overflow.Add(1)
+		}
 		conf.acked = true
 	case "ack":
 		conf.acked = true
@@ -81,7 +117,7 @@ func closedSoon(c *fakeChannel) bool {
 func fakeChannelConfirmer(answer func(rk string) string) (*channelConfirmer, *[]*fakeChannel) {
 	var opened []*fakeChannel
 	return &channelConfirmer{dial: func(context.Context) (confirmChannel, <-chan amqp.Return, error) {
-		ch := &fakeChannel{returns: make(chan amqp.Return, maxChunk), answer: answer}
+		ch := &fakeChannel{returns: make(chan amqp.Return, maxInFlight), answer: answer}
 		opened = append(opened, ch)
 		return ch, ch.returns, nil
 	}}, &opened
@@ -173,8 +209,12 @@ func TestConfirmerReportsLostAndNotSent(t *testing.T) {
 }
 
 // The context ends while confirms are due: those that arrived still count,
-// returns included, the others are unconfirmed, and the channel is thrown
-// away, since their confirms would be mistaken for the next publisher's.
+// returns included, and the others are unconfirmed. The channel is kept for
+// the other publishes on it, and the messages given up on keep their keys
+// until their confirms arrive, so that a return of theirs can never be
+// taken for a later message's: a publish of the same message is not sent
+// (busy, to be routed again once the channel releases messages), one of
+// another goes out at once.
 func TestConfirmerGivesUpWhenTheContextEnds(t *testing.T) {
 	t.Parallel()
 	c, opened := fakeChannelConfirmer(byName)
@@ -190,9 +230,120 @@ func TestConfirmerGivesUpWhenTheContextEnds(t *testing.T) {
 	if !errors.Is(fates[0].err, context.Canceled) {
 		t.Errorf("unconfirmed for %v, want the cancellation", fates[0].err)
 	}
-	if c.ch != nil || !closedSoon((*opened)[0]) {
-		t.Error("the channel was kept after the confirmer gave up on it")
+	ch := (*opened)[0]
+	if c.gen == nil || ch.closes.Load() != 0 {
+		t.Fatal("the channel was closed under the other publishes on it")
 	}
+
+	again := c.publish(t.Context(), group("pending"))
+	wantKinds(t, again, notSent)
+	var busy *busyError
+	if !errors.As(again[0].err, &busy) || ch.unsettled() != 2 {
+		t.Fatalf("the same message again: %v, %d unsettled; want it held back (busy) until the first is confirmed", again[0].err, ch.unsettled())
+	}
+	wantKinds(t, c.publish(t.Context(), group("ack3")), acked)
+
+	if n := ch.settle(); n != 2 {
+		t.Fatalf("%d publishes settled, want 2", n)
+	}
+	eventuallyTrue(t, func() bool {
+		c.gen.mu.Lock()
+		defer c.gen.mu.Unlock()
+		return len(c.gen.pending) == 0
+	})
+	wantKinds(t, c.publish(t.Context(), group("ack")), acked)
+}
+
+// Many publishes share one channel: each gets its own fates, though the
+// return of one message may be drained by another publish.
+func TestConfirmerSharesAChannel(t *testing.T) {
+	t.Parallel()
+	c, opened := fakeChannelConfirmer(byName)
+	if err := c.open(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var wrong atomic.Int32
+	for w := range 64 {
+		wg.Go(func() {
+			for i := range 200 {
+				rk := "ack"
+				if (w+i)%3 == 0 {
+					rk = "return"
+				}
+				o := []outbound{{rk: rk, msg: amqp.Publishing{MessageId: fmt.Sprintf("%d-%d", w, i)}}}
+				f := c.publish(t.Context(), o)[0]
+				if want := map[string]fateKind{"ack": acked, "return": returned}[rk]; f.kind != want || (f.kind == returned && f.ret.MessageId != o[0].msg.MessageId) {
+					wrong.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := wrong.Load(); n != 0 {
+		t.Errorf("%d of 12800 publishes got another's fate", n)
+	}
+	if n := (*opened)[0].overflow.Load(); n != 0 {
+		t.Errorf("%d returns found the listener full", n)
+	}
+}
+
+// A channel carries at most maxInFlight messages: a publish beyond is not
+// sent (busy), and goes out once confirms free room.
+func TestConfirmerBoundsMessagesInFlight(t *testing.T) {
+	t.Parallel()
+	c, opened := fakeChannelConfirmer(byName)
+	if err := c.open(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	ch := (*opened)[0]
+	chunk := func(p int) []outbound {
+		g := make([]outbound, maxChunk)
+		for i := range g {
+			g[i] = outbound{rk: "pending", msg: amqp.Publishing{MessageId: fmt.Sprintf("%d-%d", p, i)}}
+		}
+		return g
+	}
+	const fit = maxInFlight / maxChunk
+	results := make(chan []fate, fit)
+	for p := range fit {
+		go func() { results <- c.publish(t.Context(), chunk(p)) }()
+	}
+	eventuallyTrue(t, func() bool { return ch.unsettled() == maxInFlight })
+	over := c.publish(t.Context(), chunk(fit))
+	var busy *busyError
+	if !errors.As(over[0].err, &busy) || ch.unsettled() != maxInFlight {
+		t.Fatalf("a chunk beyond %d messages in flight: %v, %d in flight; want it not sent (busy)", maxInFlight, over[0].err, ch.unsettled())
+	}
+	ch.settle()
+	for range fit {
+		for _, f := range <-results {
+			if f.kind != acked {
+				t.Fatalf("fate %d, want acked", f.kind)
+			}
+		}
+	}
+	select {
+	case <-busy.wait:
+	case <-time.After(time.Second):
+		t.Fatal("the busy publish was not told when room was freed")
+	}
+	go func() { results <- c.publish(t.Context(), chunk(fit)) }()
+	eventuallyTrue(t, func() bool { return ch.unsettled() == maxChunk })
+	ch.settle()
+	wantKinds(t, (<-results)[:1], acked)
+}
+
+// eventuallyTrue waits up to a second for cond.
+func eventuallyTrue(t *testing.T, cond func() bool) {
+	t.Helper()
+	for range 100 {
+		if cond() {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("not within a second")
 }
 
 // A channel that cannot be opened is the open's error.

@@ -191,12 +191,14 @@ func keep(ds []*delivery, ok func(*delivery) bool) []*delivery {
 	return ds
 }
 
-// try is one try of send: declare the hold queues, take a confirmer from
-// the pool, route, publish, and publish directly what was returned while
-// diverted. A confirmer is taken only after the declarations, so that none
-// sits idle while they run, and held until the messages are out: the
-// routing keys were picked for being sent now, not after waiting for a
-// channel.
+// try is one try of send: declare the hold queues, take a turn on a
+// channel from the pool, route, publish, and publish directly what was
+// returned while diverted. A turn is taken only after the declarations, so
+// that none sits idle while they run, and held until the messages are out:
+// the routing keys were picked for being sent now, not after waiting for a
+// channel. Nor does a publish wait inside the confirmer, for room on its
+// channel or for an earlier copy of its message to be confirmed: it comes
+// back not sent (busyError), waits, and is routed again.
 func (p *Producer) try(ctx context.Context, send []*delivery) {
 	// Nothing is written to a connection the broker is blocking: it would
 	// sit unread, and a declaration with it (blocked.go).
@@ -273,7 +275,10 @@ func (p *Producer) publishGroup(ctx context.Context, c confirmer, group []*deliv
 //	lost with the channel                                      send again (a try), "may or may not"
 //	unconfirmed (context ended)                                fail: "gave up waiting", "may or may not";
 //	                                                           a *BlockedError (Sent) while blocked
-//	not sent                                                   send again (a try)
+//	not sent                      the channel was busy:        wait for it, then send again (not a try);
+//	                              no room, or the same id      fail when the context ends first
+//	                              in flight (busyError)
+//	not sent                      otherwise                    send again (a try)
 //
 // "Send again (a try)" sends on the next try while the round has tries left
 // (maxPublishTries) and the context has not ended; else the error is the
@@ -314,9 +319,28 @@ func (p *Producer) judge(ctx context.Context, d *delivery, f fate) (late bool) {
 		}
 		d.fail(fmt.Errorf("queuey: publish to %s: gave up waiting for the broker's confirm; the job may or may not have been enqueued: %w", d.target(), err))
 	case notSent:
+		var busy *busyError
+		if errors.As(f.err, &busy) {
+			p.waitBusy(ctx, d, busy)
+			return false
+		}
 		d.resend(ctx, fmt.Errorf("queuey: publish to %s: %w", d.target(), f.err))
 	}
 	return false
+}
+
+// waitBusy is judge's row for a job not sent because its channel was busy
+// (busyError): not a try, so its round keeps its tries. It waits for the
+// channel to release messages, then sends the job on the next try, routed
+// afresh, on whichever channel that try takes.
+func (p *Producer) waitBusy(ctx context.Context, d *delivery, busy *busyError) {
+	d.tries--
+	select {
+	case <-busy.wait:
+		d.err, d.next = busy, stepSend
+	case <-ctx.Done():
+		d.fail(fmt.Errorf("queuey: publish to %s: gave up waiting for a turn (%v): %w", d.target(), busy, ctx.Err()))
+	}
 }
 
 // judgeReturned is judge's rows for a returned job.
@@ -384,7 +408,8 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// acquire takes a confirmer from the pool, waiting for one to be free.
+// acquire takes a turn on a channel from the pool, waiting for one to be
+// free; the pool holds each confirmer PublishesPerChannel times.
 func (p *Producer) acquire(ctx context.Context) (confirmer, error) {
 	select {
 	case c := <-p.pool:

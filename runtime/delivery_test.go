@@ -5,8 +5,10 @@ package queuey
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -346,8 +348,9 @@ func TestDeliveryWithoutAChannelFails(t *testing.T) {
 
 	fc2 := newFakeConfirmer("p.a")
 	p := fakeProducer(t, fc2, nil, nil)
-	held := <-p.pool // every channel busy
-	defer p.release(held)
+	for range cap(p.pool) { // every turn on every channel taken
+		defer p.release(<-p.pool)
+	}
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Millisecond)
 	defer cancel()
 	if err := p.publishOne(ctx, "p.a", msgID("1")); !errors.Is(err, context.DeadlineExceeded) {
@@ -538,4 +541,89 @@ func TestDeliveryLateConfirmsAreCountedPerJob(t *testing.T) {
 		t.Errorf("%d late confirms, want 2", n)
 	}
 	wantJobs(t, fc, "p.a", "p.b", "p.a", "p.b")
+}
+
+// Concurrent publishes share a channel: with one channel and eight turns on
+// it, eight publishes wait for their confirms on it at once. With one turn
+// (PublishesPerChannel 1) the second would wait for the first's confirm.
+func TestDeliverySharesAChannel(t *testing.T) {
+	t.Parallel()
+	const turns = 8
+	fc := newFakeConfirmer("p.a")
+	var mu sync.Mutex
+	waiting := 0
+	all := make(chan struct{})
+	fc.fate = func(_ int, o outbound) fate {
+		if o.rk != "p.a" {
+			return fc.broker(o) // a probe
+		}
+		mu.Lock()
+		if waiting++; waiting == turns {
+			close(all)
+		}
+		mu.Unlock()
+		select {
+		case <-all:
+			return fate{kind: acked, at: time.Now()}
+		case <-time.After(5 * time.Second):
+			return fate{kind: unconfirmed, err: context.DeadlineExceeded}
+		}
+	}
+	p := fakeProducer(t, fc, nil, &ProducerOptions{Channels: 1, PublishesPerChannel: turns})
+	var wg sync.WaitGroup
+	errs := make([]error, turns)
+	for i := range turns {
+		wg.Go(func() { errs[i] = p.publishOne(t.Context(), "p.a", msgID(fmt.Sprint(i))) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("publish %d: %v; want all %d confirmed together on the one channel", i, err, turns)
+		}
+	}
+}
+
+// Row: not sent because the channel was busy (no room, or the same id in
+// flight): not a try. Four busy answers in a row, more than a round's
+// tries, then a send lost with its channel, and the job is still sent
+// again, routed afresh each time; a context that
+// ends while it waits fails it, saying so.
+func TestDeliveryBusyChannelIsNotATry(t *testing.T) {
+	t.Parallel()
+	free := make(chan struct{})
+	close(free)
+	fc := newFakeConfirmer("p.a")
+	busy := 0
+	fc.fate = func(_ int, o outbound) fate {
+		if o.rk != "p.a" {
+			return fc.broker(o)
+		}
+		busy++
+		switch {
+		case busy <= maxPublishTries+1:
+			return fate{kind: notSent, err: &busyError{why: "test", wait: free}}
+		case busy == maxPublishTries+2:
+			return fate{kind: lost} // a try, the round's first
+		}
+		return fate{kind: acked, at: time.Now()}
+	}
+	err := fakeProducer(t, fc, nil, nil).publishOne(t.Context(), "p.a", msgID("1"))
+	wantErr(t, err)
+	wantJobs(t, fc, "p.a", "p.a", "p.a", "p.a", "p.a", "p.a")
+
+	never := make(chan struct{})
+	fc2 := newFakeConfirmer("p.a")
+	fc2.fate = func(_ int, o outbound) fate {
+		if o.rk != "p.a" {
+			return fc2.broker(o)
+		}
+		return fate{kind: notSent, err: &busyError{why: "test", wait: never}}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
+	defer cancel()
+	err = fakeProducer(t, fc2, nil, nil).publishOne(ctx, "p.a", msgID("1"))
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("error %v, want the deadline", err)
+	}
+	wantErr(t, err, "gave up waiting for a turn")
 }

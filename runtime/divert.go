@@ -8,6 +8,7 @@ package queuey
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -130,11 +131,11 @@ func (p *Producer) divertResult(ctx context.Context, c confirmer, dc *divertCach
 }
 
 // probe learns whether dc's divert queue exists, on c (divert.Probe), and
-// stores the result in dc. The probe runs on the channel the publish holds,
-// once it is open, right before the messages go out on it: a result is not
-// spent waiting for a free channel or a connection, and a publish never
-// holds one channel while it waits for another, which with one channel in
-// the pool would deadlock. A probe lost with its channel or connection is
+// stores the result in dc. The probe runs on the channel the publish holds
+// a turn on, once it is open, right before the messages go out on it: a
+// result is not spent waiting for a free turn or a connection, and a
+// publish never holds one turn while it waits for another, which with one
+// turn in the pool would deadlock. A probe lost with its channel or connection is
 // sent once more, on a channel opened once the connection is back.
 func (p *Producer) probe(ctx context.Context, c confirmer, dc *divertCache) error {
 	for try := 0; ; try++ {
@@ -146,6 +147,16 @@ func (p *Producer) probe(ctx context.Context, c confirmer, dc *divertCache) erro
 		if err == nil {
 			dc.last.Store(&r)
 			return nil
+		}
+		if busy := (*busyError)(nil); errors.As(err, &busy) {
+			// Not a try: the channel had no room for it (busyError).
+			select {
+			case <-busy.wait:
+				try--
+				continue
+			case <-ctx.Done():
+				return fmt.Errorf("queuey: publish to %q: probe for its divert queue %q: waiting for a turn (%v): %w", dc.queue, dc.divert, busy, ctx.Err())
+			}
 		}
 		if try == 0 && lostWithConnection(err) && ctx.Err() == nil {
 			continue

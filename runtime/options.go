@@ -13,6 +13,10 @@ import (
 // on unless configured.
 const DefaultPublishChannels = 16
 
+// DefaultPublishesPerChannel is how many publishes share a channel at once
+// unless configured.
+const DefaultPublishesPerChannel = 16
+
 // ProducerOptions configure a producer. A nil *ProducerOptions, like the zero
 // value, means every default.
 type ProducerOptions struct {
@@ -22,12 +26,19 @@ type ProducerOptions struct {
 	// queue set again. Defaults to amqp091-go's defaults.
 	AMQPConfig *amqp.Config
 	// Channels is how many publisher-confirm channels the producer keeps.
-	// Each carries one publish (or one batch chunk) at a time, so this bounds
-	// how many publishes wait for their confirms in parallel. The producer
-	// opens up to as many channels again for declaring hold queues, so that
-	// delays to distinct hold queues declare in parallel. Defaults to
-	// DefaultPublishChannels.
+	// The producer opens up to as many channels again for declaring hold
+	// queues, so that delays to distinct hold queues declare in parallel.
+	// Defaults to DefaultPublishChannels.
 	Channels int
+	// PublishesPerChannel is how many publishes (or batch chunks) share one
+	// channel at once, each waiting for its own confirms while the others'
+	// messages follow it onto the wire: Channels × PublishesPerChannel
+	// bounds how many publishes are in flight, and more wait for a turn.
+	// A channel carries at most 256 messages at once whatever this says.
+	// 1 gives every publish a channel of its own while it waits, as
+	// producers did before publishes were pipelined.
+	// Defaults to DefaultPublishesPerChannel.
+	PublishesPerChannel int
 	// DeferGranularity is the step Defer delays are rounded up to, which
 	// bounds how many hold queues deferrals create per work queue. It must be
 	// a whole number of milliseconds. Defaults to 1 s.
@@ -73,6 +84,9 @@ func (o *ProducerOptions) resolved() ProducerOptions {
 	}
 	if r.Channels <= 0 {
 		r.Channels = DefaultPublishChannels
+	}
+	if r.PublishesPerChannel <= 0 {
+		r.PublishesPerChannel = DefaultPublishesPerChannel
 	}
 	if r.DeferGranularity == 0 {
 		r.DeferGranularity = topology.DefaultGranularity

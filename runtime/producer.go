@@ -17,8 +17,9 @@ import (
 )
 
 // Producer enqueues jobs. It is safe for concurrent use: publishes from many
-// goroutines run in parallel on a pool of channels, each waiting for its own
-// publisher confirm.
+// goroutines share a pool of channels, many in flight on each channel
+// (ProducerOptions.PublishesPerChannel), each call waiting for its own
+// publisher confirms.
 //
 // Queues are named by their logical name (the Name of a QueueConfig); the
 // producer adds its prefix. A producer from NewProducer declares its set's
@@ -48,8 +49,9 @@ type Producer struct {
 	// undeclared producer.
 	queues map[string]topology.Queue
 
-	// pool holds the confirmers, one per publishing channel
-	// (ProducerOptions.Channels), each used by one try at a time.
+	// pool holds the turns on the publishing channels: each confirmer
+	// (one per channel, ProducerOptions.Channels) is in it
+	// PublishesPerChannel times, interleaved, and a try holds one turn.
 	pool chan confirmer
 	// holds declares hold queues (declchannel.go).
 	holds holdDeclarer
@@ -188,7 +190,7 @@ func newProducer(c *conn, set *QueueSet, prefix string, opts *ProducerOptions, s
 		conn:    c,
 		opts:    o,
 		prefix:  prefix,
-		pool:    make(chan confirmer, o.Channels),
+		pool:    make(chan confirmer, o.Channels*o.PublishesPerChannel),
 		closing: make(chan struct{}),
 		enqueue: chainProducer(o.Middleware),
 	}
@@ -200,12 +202,17 @@ func newProducer(c *conn, set *QueueSet, prefix string, opts *ProducerOptions, s
 	if s.holds != nil {
 		p.holds = s.holds(p.declarations)
 	}
-	for range o.Channels {
-		var cf confirmer = newChannelConfirmer(c, p.closing)
+	channels := make([]confirmer, o.Channels)
+	for i := range channels {
+		channels[i] = newChannelConfirmer(c, p.closing)
 		if s.confirmer != nil {
-			cf = s.confirmer(cf)
+			channels[i] = s.confirmer(channels[i])
 		}
-		p.pool <- cf
+	}
+	for range o.PublishesPerChannel {
+		for _, cf := range channels {
+			p.pool <- cf
+		}
 	}
 	if set != nil {
 		p.queues = make(map[string]topology.Queue, len(set.Queues))

@@ -1012,3 +1012,64 @@ func TestIntegrationProducerFromConnection(t *testing.T) {
 	}
 	checkQueue(t, b, b.name("jobs"), true, map[string]any{"x-max-priority": 10.0})
 }
+
+// Pipelined publishes on one real channel: 64 callers share it, a third of
+// them to a queue that does not exist. Every caller gets its own job's
+// outcome (the returns of the missing queue's jobs are never taken for an
+// enqueued job's), and the queue holds exactly the jobs whose Enqueue
+// succeeded, once each.
+func TestIntegrationProducerPipelinesOnOneChannel(t *testing.T) {
+	t.Parallel()
+	b := newTestBroker(t)
+	p := newTestProducer(t, b, []QueueConfig{{Name: "jobs"}}, &ProducerOptions{Channels: 1, PublishesPerChannel: 64})
+	ctx := testCtx(t)
+	const callers, each = 64, 30
+	var mu sync.Mutex
+	enqueued := map[string]bool{}
+	var wrong []string
+	var wg sync.WaitGroup
+	for c := range callers {
+		wg.Go(func() {
+			for i := range each {
+				queue := "jobs"
+				if (c+i)%3 == 0 {
+					queue = "missing"
+				}
+				id, err := p.Enqueue(ctx, queue, "pipelined", map[string]int{"c": c, "i": i}, nil)
+				mu.Lock()
+				switch {
+				case queue == "jobs" && err == nil:
+					enqueued[id] = true
+				case queue == "missing" && errors.Is(err, ErrUnroutable):
+				default:
+					wrong = append(wrong, fmt.Sprintf("%s: %s, %v", queue, id, err))
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if len(wrong) > 0 {
+		t.Fatalf("%d enqueues got another's outcome, e.g. %s", len(wrong), wrong[0])
+	}
+	ch := b.channel()
+	seen := map[string]int{}
+	for {
+		d, ok := b.get(ch, b.name("jobs"))
+		if !ok {
+			break
+		}
+		seen[d.MessageId]++
+	}
+	for id := range enqueued {
+		if seen[id] != 1 {
+			t.Errorf("job %s enqueued, found %d times in the queue", id, seen[id])
+		}
+	}
+	if len(seen) != len(enqueued) {
+		t.Errorf("%d distinct jobs in the queue, %d enqueued", len(seen), len(enqueued))
+	}
+	if want := callers * each * 2 / 3; len(enqueued) != want {
+		t.Errorf("%d jobs enqueued, want %d", len(enqueued), want)
+	}
+}

@@ -36,9 +36,11 @@ package queuey
 // job and hand them to the delivery loop (delivery.go), which keeps each
 // job's state and decides from one table what every outcome means. It
 // sends through a confirmer (confirmer.go), one confirm-mode channel of the
-// producer's pool (ProducerOptions.Channels), held by one try at a time and
-// the only code that talks to the channel; hold queues are declared on
-// channels of their own (declchannel.go).
+// producer's pool (ProducerOptions.Channels) and the only code that talks
+// to the channel. A try holds a turn on a channel, and up to
+// ProducerOptions.PublishesPerChannel tries share one, their messages in
+// flight together, each waiting for its own confirms; hold queues are
+// declared on channels of their own (declchannel.go).
 //
 // Diversion (divert.go; internal/divert states the protocol). A migration
 // (terraform apply changing a queue's arguments) moves a queue's messages
