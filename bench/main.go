@@ -37,13 +37,14 @@ type config struct {
 	runs         int
 	providerRuns int
 
-	enqueueJobs  int
-	batchJobs    int
-	delayedJobs  int
-	workerJobs   int
-	lateJobs     int
-	lateInterval time.Duration
-	setQueues    int
+	enqueueJobs   int
+	pipelinedJobs int
+	batchJobs     int
+	delayedJobs   int
+	workerJobs    int
+	lateJobs      int
+	lateInterval  time.Duration
+	setQueues     int
 
 	only        string
 	out         string
@@ -62,13 +63,14 @@ func main() {
 	flag.IntVar(&c.runs, "runs", 5, "repetitions of every runtime figure; each figure is their median")
 	flag.IntVar(&c.providerRuns, "provider-runs", 5, "repetitions of every provider figure")
 	flag.IntVar(&c.enqueueJobs, "enqueue-jobs", 3000, "jobs per run of the enqueue figures")
+	flag.IntVar(&c.pipelinedJobs, "pipelined-jobs", 10000, "jobs per run of the 64-caller enqueue figures (a tenth for the serial ones)")
 	flag.IntVar(&c.batchJobs, "batch-jobs", 5000, "jobs per run of the batch figures")
 	flag.IntVar(&c.delayedJobs, "delayed-jobs", 2000, "jobs per run of the delayed-enqueue figures")
 	flag.IntVar(&c.workerJobs, "worker-jobs", 10000, "jobs per run of the worker figures")
 	flag.IntVar(&c.lateJobs, "late-jobs", 100, "jobs per run of the lateness figures")
 	flag.DurationVar(&c.lateInterval, "late-interval", 10*time.Millisecond, "pause between two delayed jobs of a lateness run")
 	flag.IntVar(&c.setQueues, "set-queues", 200, "logical queues of the Terraform queue set (twice as many broker queues)")
-	flag.StringVar(&c.only, "only", "", "comma-separated sections to run (enqueue,batch,delayed,worker,lateness,provider); default all")
+	flag.StringVar(&c.only, "only", "", "comma-separated sections to run (enqueue,pipelined,batch,delayed,worker,lateness,provider); default all")
 	flag.StringVar(&c.out, "out", "", "also write the report (Markdown) to this file")
 	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.StringVar(&c.memProfile, "memprofile", "", "write a heap profile (see its alloc_objects) at the end of the run to this file")
@@ -114,6 +116,7 @@ func run(ctx context.Context, c config) int {
 		fn   func(context.Context) error
 	}{
 		{"enqueue", b.enqueueSection},
+		{"pipelined", b.pipelinedSection},
 		{"batch", b.batchSection},
 		{"delayed", b.delayedSection},
 		{"worker", b.workerSection},
