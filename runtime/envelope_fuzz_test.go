@@ -74,13 +74,28 @@ func FuzzDecodeEnvelope(f *testing.F) {
 }
 
 // FuzzEnvelopeRoundTrip builds envelopes from arbitrary fields, encodes them
-// as the producer does (newPublishing) and decodes the body as the worker
-// does: whatever the producer sends, the worker reads back field for field.
+// as the producer does (newPublishing, encodeEnvelope, which must match
+// json.Marshal byte for byte) and decodes the body as the worker does:
+// whatever the producer sends, the worker reads back field for field.
 func FuzzEnvelopeRoundTrip(f *testing.F) {
 	f.Add("0b9f2f1e-2c59-4d52-9a57-8d7c0f3c9b11", "email.send", "app.emails", 1, 0, uint8(0), int64(1733140000000), "", []byte(`{"to":"a@example.com"}`))
 	f.Add("0B9F2F1E2C594D529A578D7C0F3C9B11", "t", "", 7, 3, uint8(255), int64(0), "corr\u00e9", []byte(`"\u2028"`))
 	f.Add("{0b9f2f1e-2c59-4d52-9a57-8d7c0f3c9b11}", "t\x00", "q", 1<<31, 0, uint8(9), int64(0), "c", []byte(`null`))
+	// What encoding/json escapes for HTML, and a payload it compacts.
+	f.Add("0b9f2f1e-2c59-4d52-9a57-8d7c0f3c9b11", "<b>&", "q\"\\", 2, 1, uint8(5), int64(1), "a&b", []byte(`{ "x" : "<y>" }`))
+	f.Add("0b9f2f1e-2c59-4d52-9a57-8d7c0f3c9b11", "a<b", "q", 1, 0, uint8(0), int64(1), "", []byte(`{"x":1}`))
+	f.Add("0b9f2f1e-2c59-4d52-9a57-8d7c0f3c9b11", "t", "q", 1, 0, uint8(0), int64(1), "", []byte(`{"x":"a>b"}`))
 	f.Fuzz(func(t *testing.T, id, jobType, queue string, attempt, deferrals int, prio uint8, at int64, corr string, payload []byte) {
+		// The producer's encoder is encoding/json's, byte for byte,
+		// whatever the fields (and the error too, for a payload that is
+		// not JSON).
+		env := Envelope{JobID: id, JobType: jobType, Queue: queue, Attempt: attempt, EnqueuedAtMs: at,
+			Deferrals: deferrals, Priority: prio, CorrelationID: corr, Payload: json.RawMessage(payload)}
+		fast, fastErr := encodeEnvelope(env)
+		std, stdErr := json.Marshal(env)
+		if !bytes.Equal(fast, std) || (fastErr == nil) != (stdErr == nil) {
+			t.Fatalf("encodeEnvelope:\n%q, %v\njson.Marshal:\n%q, %v", fast, fastErr, std, stdErr)
+		}
 		if !isUUID(id) || jobType == "" || attempt < 1 || attempt > math.MaxUint32 || deferrals < 0 || deferrals > math.MaxUint32 || at < 0 || !json.Valid(payload) {
 			return // the producer never builds these
 		}

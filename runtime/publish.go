@@ -78,7 +78,6 @@ package queuey
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -101,7 +100,7 @@ const (
 // newPublishing builds the message for env; see the comment at the top of
 // this file.
 func newPublishing(env Envelope, persistent bool, headers amqp.Table) (amqp.Publishing, error) {
-	body, err := json.Marshal(env)
+	body, err := encodeEnvelope(env)
 	if err != nil {
 		return amqp.Publishing{}, fmt.Errorf("queuey: encode job %s: %w", env.JobID, err)
 	}
