@@ -62,7 +62,9 @@ type confirmer interface {
 	// publish publishes each message of group to the default exchange,
 	// mandatory, waits for every confirm and returns one fate per message,
 	// in order. The messages of a group must not share both a routing key
-	// and a MessageId: returns are matched by the two.
+	// and a MessageId: returns are matched by the two. A group the channel
+	// has no room for, or with a message whose key is in flight on it, is
+	// not sent: its fates say so with a *busyError.
 	publish(ctx context.Context, group []outbound) []fate
 	// discard closes the channel; the publishes waiting for confirms on it
 	// see them lost.
@@ -75,9 +77,10 @@ type confirmer interface {
 // Confirms are matched to their publishes by delivery tag (amqp091-go's
 // DeferredConfirmation). Returns carry no tag: they are matched by routing
 // key and MessageId, which is why no two messages in flight on one channel
-// may share both (a publish whose message would waits until the earlier one
-// is confirmed: the same job sent twice at once, or two copies of a foreign
-// message without an id). Returns and confirms arrive on different Go
+// may share both: a publish whose message would (the same job sent twice at
+// once, or two foreign messages without an id to one queue) is not sent, and
+// is told to wait for the channel to release messages (busyError), as is a
+// publish that finds no room. Returns and confirms arrive on different Go
 // channels; amqp091-go lists their ordering as a non-goal, because a
 // receiver selecting on both can see them in either order. What does hold
 // (channel.go, dispatch, in v1.17.0): the broker sends a message's
