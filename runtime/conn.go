@@ -4,7 +4,9 @@ package queuey
 // the worker. Internal API (unexported, stable):
 //
 //	dial(ctx, url, cfg, onConnect, logger) (*conn, error)
-//	    Connects once, runs onConnect on the new connection, and from then on
+//	    Connects once (url may list several hosts: splitHosts; each is
+//	    tried in order, and a reconnect starts from the host after the one
+//	    it lost), runs onConnect on the new connection, and from then on
 //	    reconnects by itself whenever the connection is lost, with jittered
 //	    exponential backoff (500 ms doubling to 30 s), running onConnect again
 //	    before anything can use the new connection. onConnect is where a
@@ -38,6 +40,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -59,7 +62,12 @@ const closeTimeout = 10 * time.Second
 // conn is an AMQP connection that comes back after it is lost. It owns at most
 // one *amqp.Connection at a time; channels are opened from it on demand.
 type conn struct {
-	url       string
+	// urls are the brokers to connect to, one URL per host of the URL
+	// given (splitHosts): the nodes of a cluster. A connection tries them
+	// in order from next, and a reconnect starts from the node after the
+	// one whose connection was lost.
+	urls      []string
+	next      int // guarded by mu
 	cfg       amqp.Config
 	onConnect func(*amqp.Connection) error
 	logger    *slog.Logger
@@ -84,8 +92,12 @@ type conn struct {
 // dial connects to url and keeps the connection up; see the comment at the top
 // of this file.
 func dial(ctx context.Context, url string, cfg amqp.Config, onConnect func(*amqp.Connection) error, logger *slog.Logger) (*conn, error) {
+	urls, err := splitHosts(url)
+	if err != nil {
+		return nil, err
+	}
 	c := newConn(onConnect, logger)
-	c.url, c.cfg, c.redial = url, cfg, true
+	c.urls, c.cfg, c.redial = urls, cfg, true
 	ac, err := c.connect(ctx)
 	if err != nil {
 		return nil, err
@@ -117,9 +129,64 @@ func newConn(onConnect func(*amqp.Connection) error, logger *slog.Logger) *conn 
 	return &conn{onConnect: onConnect, logger: logger, ready: make(chan struct{}), done: make(chan struct{}), sockets: map[*amqp.Connection]net.Conn{}}
 }
 
-// connect dials once and runs onConnect. It is used for the first connection
-// and for every reconnect.
+// connect dials each URL once, in order from c.next, until one connects
+// and its onConnect succeeds; its error, when none does, names each. It is
+// used for the first connection and for every reconnect.
 func (c *conn) connect(ctx context.Context) (*amqp.Connection, error) {
+	c.mu.Lock()
+	first := c.next
+	c.mu.Unlock()
+	var errs []error
+	for i := range c.urls {
+		k := (first + i) % len(c.urls)
+		ac, err := c.connectTo(ctx, c.urls[k])
+		if err == nil {
+			c.mu.Lock()
+			c.next = k
+			c.mu.Unlock()
+			if i > 0 {
+				where, _ := redactURL(c.urls[k])
+				c.logger.Info("queuey: connected to another node of the cluster", "node", where, "failed", len(errs))
+			}
+			return ac, nil
+		}
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		errs = append(errs, err)
+	}
+	return nil, noBroker(errs)
+}
+
+// noBroker is the error of a connection that none of the hosts of a URL
+// took, given each one's.
+func noBroker(errs []error) error {
+	if len(errs) == 1 {
+		return errs[0]
+	}
+	return fmt.Errorf("queuey: none of the %d brokers could be connected to: %w", len(errs), errors.Join(errs...))
+}
+
+// dialAny dials the hosts of url (splitHosts) in order, once each, and
+// returns the first connection: for a connection that is not redialled.
+func dialAny(url string) (*amqp.Connection, error) {
+	urls, err := splitHosts(url)
+	if err != nil {
+		return nil, err
+	}
+	var errs []error
+	for _, u := range urls {
+		ac, err := amqp.Dial(u)
+		if err == nil {
+			return ac, nil
+		}
+		errs = append(errs, connectError(u, err))
+	}
+	return nil, noBroker(errs)
+}
+
+// connectTo dials url once and runs onConnect.
+func (c *conn) connectTo(ctx context.Context, url string) (*amqp.Connection, error) {
 	cfg := c.cfg
 	// DialConfig may write to Properties; every dial gets its own copy.
 	cfg.Properties = maps.Clone(c.cfg.Properties)
@@ -135,7 +202,7 @@ func (c *conn) connect(ctx context.Context) (*amqp.Connection, error) {
 	dialer := cfg.Dial
 	if dialer == nil {
 		timeout := 30 * time.Second // amqp091-go's default
-		if u, err := amqp.ParseURI(c.url); err == nil && u.ConnectionTimeout > 0 {
+		if u, err := amqp.ParseURI(url); err == nil && u.ConnectionTimeout > 0 {
 			timeout = time.Duration(u.ConnectionTimeout) * time.Millisecond
 		}
 		dialer = amqp.DefaultDial(timeout)
@@ -145,9 +212,9 @@ func (c *conn) connect(ctx context.Context) (*amqp.Connection, error) {
 		raw = nc
 		return nc, err
 	}
-	ac, err := amqp.DialConfig(c.url, cfg)
+	ac, err := amqp.DialConfig(url, cfg)
 	if err != nil {
-		return nil, connectError(c.url, err)
+		return nil, connectError(url, err)
 	}
 	c.mu.Lock()
 	if c.sockets != nil { // nil once closed
@@ -209,6 +276,9 @@ func (c *conn) watch(ac *amqp.Connection, lost chan *amqp.Error) {
 			c.logger.Warn("queuey: AMQP connection lost; it was supplied by the caller and is not redialled", "reason", describeClose(reason))
 			return
 		}
+		// The node may be down: the next connection tries the others
+		// first.
+		c.next = (c.next + 1) % len(c.urls)
 		c.mu.Unlock()
 		c.logger.Warn("queuey: AMQP connection lost; reconnecting", "reason", describeClose(reason))
 
@@ -368,4 +438,42 @@ func describeClose(e *amqp.Error) string {
 		return "closed without a reason"
 	}
 	return e.Error()
+}
+
+// splitHosts turns an AMQP URL with several hosts in its authority,
+// amqp://user:pass@host1:5672,host2:5672,host3/vhost?query, into one URL
+// per host, with the same user, password, vhost and query: the nodes of a
+// cluster, in the order given. A URL with one host is returned as it is.
+// A host list with an empty entry, or a URL amqp091-go cannot parse, is an
+// error that says which.
+func splitHosts(url string) ([]string, error) {
+	scheme, rest, ok := strings.Cut(url, "://")
+	if !ok {
+		return []string{url}, nil // amqp091-go's error says what is wrong
+	}
+	authority, path := rest, ""
+	if i := strings.IndexAny(rest, "/?"); i >= 0 {
+		authority, path = rest[:i], rest[i:]
+	}
+	userinfo, hosts := "", authority
+	if i := strings.LastIndex(authority, "@"); i >= 0 {
+		userinfo, hosts = authority[:i+1], authority[i+1:]
+	}
+	if !strings.Contains(hosts, ",") {
+		return []string{url}, nil
+	}
+	var urls []string
+	for i, h := range strings.Split(hosts, ",") {
+		if h == "" {
+			return nil, fmt.Errorf("queuey: the AMQP URL's host list %q has an empty entry (host %d): write host:port,host:port", hosts, i+1)
+		}
+		u := scheme + "://" + userinfo + h + path
+		if _, err := amqp.ParseURI(u); err != nil {
+			// Not err itself: url.Parse's errors quote the URL, and
+			// with it the password.
+			return nil, fmt.Errorf("queuey: host %d of the AMQP URL's host list does not parse as host or host:port", i+1)
+		}
+		urls = append(urls, u)
+	}
+	return urls, nil
 }

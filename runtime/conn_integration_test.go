@@ -5,6 +5,9 @@ package queuey
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -117,4 +120,68 @@ func TestIntegrationWrappedConnIsNotRedialled(t *testing.T) {
 		_, err := c.channel(ctx)
 		return err != nil && !errors.Is(err, context.DeadlineExceeded)
 	})
+}
+
+// A URL with several hosts: the first dial goes through them in order (a
+// port where nothing listens, then the broker), and a reconnect starts from
+// the node after the lost one, goes round to the live one, and runs
+// onConnect there. When none answers, the error names each.
+func TestIntegrationConnTriesEveryHost(t *testing.T) {
+	t.Parallel()
+	b := newTestBroker(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	at := strings.LastIndex(b.url, "@")
+	if at < 0 {
+		t.Fatalf("AMQP_URL %q has no user", b.url)
+	}
+	url := b.url[:at+1] + "127.0.0.1:1," + b.url[at+1:]
+	var logs strings.Builder
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &mu}, nil))
+	var connects atomic.Int32
+	c, err := dial(ctx, url, amqp.Config{}, func(*amqp.Connection) error {
+		connects.Add(1)
+		return nil
+	}, logger)
+	if err != nil {
+		t.Fatalf("dial %s: %v", url, err)
+	}
+	defer c.close()
+	c.mu.Lock()
+	cur, next := c.cur, c.next
+	c.mu.Unlock()
+	if next != 1 {
+		t.Errorf("connected to host %d, want 1 (the broker, after the dead port)", next)
+	}
+	_ = cur.Close()
+	awaitReconnect(ctx, t, c, cur)
+	c.mu.Lock()
+	next = c.next
+	c.mu.Unlock()
+	if n := connects.Load(); n != 2 || next != 1 {
+		t.Errorf("after the reconnect: onConnect ran %d times, host %d; want 2 and host 1", n, next)
+	}
+	mu.Lock()
+	if n := strings.Count(logs.String(), "connected to another node"); n != 2 {
+		t.Errorf("%d logs of a connection to another node, want 2 (the dial and the reconnect):\n%s", n, logs.String())
+	}
+	mu.Unlock()
+
+	dead := b.url[:at+1] + "127.0.0.1:1,127.0.0.1:2/"
+	_, err = dial(ctx, dead, amqp.Config{}, nil, nil)
+	if err == nil || !strings.Contains(err.Error(), "none of the 2 brokers") || !strings.Contains(err.Error(), "127.0.0.1:1") || !strings.Contains(err.Error(), "127.0.0.1:2") {
+		t.Errorf("dial of two dead hosts = %v; want an error naming both", err)
+	}
+}
+
+type lockedWriter struct {
+	w  *strings.Builder
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

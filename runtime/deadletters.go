@@ -201,7 +201,9 @@ type DeadLetters struct {
 	idle time.Duration
 }
 
-// OpenDeadLetters connects to the broker at url for the dead letters of set.
+// OpenDeadLetters connects to the broker at url for the dead letters of set
+// (to the first of its hosts that answers, when it lists several, as
+// NewProducer's url may).
 // It declares the set as a producer does, so set must match the queues that
 // exist (a *PreconditionError says where it does not): build it from the
 // Terraform resource's runtime_config (LoadQueueSet) to be sure.
@@ -212,9 +214,9 @@ func OpenDeadLetters(ctx context.Context, url string, set QueueSet) (*DeadLetter
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	ac, err := amqp.Dial(url)
+	ac, err := dialAny(url)
 	if err != nil {
-		return nil, connectError(url, err)
+		return nil, err
 	}
 	pub, err := NewProducerFromConnection(ctx, ac, set, nil)
 	if err != nil {

@@ -94,7 +94,11 @@ type Producer struct {
 
 // NewProducer connects to the broker at url (an amqp:// or amqps:// URI),
 // declares the work and dead-letter queues of set, and returns a producer
-// for them. The set is validated first, and nothing is declared if it fails.
+// for them. For a cluster, url may list several nodes as hosts,
+// amqp://user:pass@node1:5672,node2:5672,node3:5672/vhost: the producer
+// connects to the first that answers, in that order, and after losing a
+// connection it reconnects starting from the node after that one, and
+// declares the set again there. The set is validated first, and nothing is declared if it fails.
 // A queue that already exists with other arguments fails with a
 // *PreconditionError naming the queue and the argument.
 //

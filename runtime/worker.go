@@ -101,7 +101,8 @@ type poolQueue struct {
 	topo        topology.Queue // for declaring it again (see redeclareAfter)
 }
 
-// NewWorkerPool connects to the broker at url, declares the work and
+// NewWorkerPool connects to the broker at url (which may list several
+// nodes of a cluster as hosts, as NewProducer's), declares the work and
 // dead-letter queues of set (as a producer does), and returns a pool that
 // runs workers on them once started. It fails, having declared nothing, for
 // an invalid set, a registry with two workers for one kind, a worker whose
