@@ -357,9 +357,15 @@ func (g *chanGen) collect(keys []returnKey, fates []fate) {
 		released = true
 	}
 	if released {
-		close(g.room)
-		g.room = make(chan struct{})
+		g.freed()
 	}
+}
+
+// freed tells the publishes waiting for room on g (busyError) that messages
+// were released; g.mu is held.
+func (g *chanGen) freed() {
+	close(g.room)
+	g.room = make(chan struct{})
 }
 
 // drain files the returns waiting in the listener under their messages;
@@ -399,8 +405,7 @@ func (g *chanGen) settleAbandoned(keys []returnKey, dcs []confirmation, abandone
 	for _, i := range abandoned {
 		delete(g.pending, keys[i])
 	}
-	close(g.room)
-	g.room = make(chan struct{})
+	g.freed()
 }
 
 // settled is the fate of a message whose confirm arrived on g: amqp091-go

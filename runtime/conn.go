@@ -136,53 +136,58 @@ func (c *conn) connect(ctx context.Context) (*amqp.Connection, error) {
 	c.mu.Lock()
 	first := c.next
 	c.mu.Unlock()
+	ac, k, failed, err := dialInOrder(ctx, c.urls, first, func(url string) (*amqp.Connection, error) { return c.connectTo(ctx, url) })
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.next = k
+	c.mu.Unlock()
+	if failed > 0 {
+		where, _ := redactURL(c.urls[k])
+		c.logger.Info("queuey: connected to another node of the cluster", "node", where, "failed", failed)
+	}
+	return ac, nil
+}
+
+// dialInOrder tries urls once each with dial, from urls[first] on and round,
+// until one connects, and returns the connection, its index and how many
+// failed before it. When none connects, the error names each one's (one
+// URL: its error as it is); when ctx ends, it stops at once.
+func dialInOrder(ctx context.Context, urls []string, first int, dial func(string) (*amqp.Connection, error)) (*amqp.Connection, int, int, error) {
 	var errs []error
-	for i := range c.urls {
-		k := (first + i) % len(c.urls)
-		ac, err := c.connectTo(ctx, c.urls[k])
+	for i := range urls {
+		k := (first + i) % len(urls)
+		ac, err := dial(urls[k])
 		if err == nil {
-			c.mu.Lock()
-			c.next = k
-			c.mu.Unlock()
-			if i > 0 {
-				where, _ := redactURL(c.urls[k])
-				c.logger.Info("queuey: connected to another node of the cluster", "node", where, "failed", len(errs))
-			}
-			return ac, nil
+			return ac, k, i, nil
 		}
 		if ctx.Err() != nil {
-			return nil, err
+			return nil, 0, 0, err
 		}
 		errs = append(errs, err)
 	}
-	return nil, noBroker(errs)
-}
-
-// noBroker is the error of a connection that none of the hosts of a URL
-// took, given each one's.
-func noBroker(errs []error) error {
 	if len(errs) == 1 {
-		return errs[0]
+		return nil, 0, 0, errs[0]
 	}
-	return fmt.Errorf("queuey: none of the %d brokers could be connected to: %w", len(errs), errors.Join(errs...))
+	return nil, 0, 0, fmt.Errorf("queuey: none of the %d brokers could be connected to: %w", len(errs), errors.Join(errs...))
 }
 
 // dialAny dials the hosts of url (splitHosts) in order, once each, and
 // returns the first connection: for a connection that is not redialled.
-func dialAny(url string) (*amqp.Connection, error) {
+func dialAny(ctx context.Context, url string) (*amqp.Connection, error) {
 	urls, err := splitHosts(url)
 	if err != nil {
 		return nil, err
 	}
-	var errs []error
-	for _, u := range urls {
-		ac, err := amqp.Dial(u)
-		if err == nil {
-			return ac, nil
+	ac, _, _, err := dialInOrder(ctx, urls, 0, func(url string) (*amqp.Connection, error) {
+		ac, err := amqp.Dial(url)
+		if err != nil {
+			return nil, connectError(url, err)
 		}
-		errs = append(errs, connectError(u, err))
-	}
-	return nil, noBroker(errs)
+		return ac, nil
+	})
+	return ac, err
 }
 
 // connectTo dials url once and runs onConnect.

@@ -214,7 +214,7 @@ func OpenDeadLetters(ctx context.Context, url string, set QueueSet) (*DeadLetter
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	ac, err := dialAny(url)
+	ac, err := dialAny(ctx, url)
 	if err != nil {
 		return nil, err
 	}

@@ -135,8 +135,9 @@ func (p *Producer) divertResult(ctx context.Context, c confirmer, dc *divertCach
 // a turn on, once it is open, right before the messages go out on it: a
 // result is not spent waiting for a free turn or a connection, and a
 // publish never holds one turn while it waits for another, which with one
-// turn in the pool would deadlock. A probe lost with its channel or connection is
-// sent once more, on a channel opened once the connection is back.
+// turn in the pool would deadlock. A probe lost with its channel or
+// connection is sent once more, on a channel opened once the connection is
+// back.
 func (p *Producer) probe(ctx context.Context, c confirmer, dc *divertCache) error {
 	for try := 0; ; try++ {
 		err := c.open(ctx)

@@ -98,9 +98,9 @@ type Producer struct {
 // amqp://user:pass@node1:5672,node2:5672,node3:5672/vhost: the producer
 // connects to the first that answers, in that order, and after losing a
 // connection it reconnects starting from the node after that one, and
-// declares the set again there. The set is validated first, and nothing is declared if it fails.
-// A queue that already exists with other arguments fails with a
-// *PreconditionError naming the queue and the argument.
+// declares the set again there. The set is validated first, and nothing is
+// declared if it fails. A queue that already exists with other arguments
+// fails with a *PreconditionError naming the queue and the argument.
 //
 // The producer reconnects by itself when the connection is lost (backing off
 // from 500 ms to 30 s, with jitter) and declares the set again each time;
