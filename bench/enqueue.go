@@ -284,14 +284,7 @@ func (b *bench) batchSection(ctx context.Context) error {
 			}
 			return t.stop(n), nil
 		}},
-		{"raw window 256", func(ctx context.Context) (map[string]float64, error) {
-			defer b.purge(work)
-			t := startTimer()
-			if err := rawPipelined(ctx, chs[0], work, msg, n, rawWindow); err != nil {
-				return nil, err
-			}
-			return t.stop(n), nil
-		}},
+		{"raw window 256", b.rawSpread(chs[:1], work, msg, n, rawWindow)},
 	}
 	// The sweep: the batch split over k channels, each with a window of w
 	// confirms outstanding, from a goroutine of its own.
@@ -300,21 +293,7 @@ func (b *bench) batchSection(ctx context.Context) error {
 			if k == 1 && w == rawWindow {
 				continue // the variant above
 			}
-			vs = append(vs, variant{batchSweepName(k, w), func(ctx context.Context) (map[string]float64, error) {
-				defer b.purge(work)
-				t := startTimer()
-				errs := make([]error, k)
-				var wg sync.WaitGroup
-				for c := range k {
-					share := n/k + min(1, max(0, n%k-c))
-					wg.Go(func() { errs[c] = rawPipelined(ctx, chs[c], work, msg, share, w) })
-				}
-				wg.Wait()
-				if err := errors.Join(errs...); err != nil {
-					return nil, err
-				}
-				return t.stop(n), nil
-			}})
+			vs = append(vs, variant{batchSweepName(k, w), b.rawSpread(chs[:k], work, msg, n, w)})
 		}
 	}
 	s, err := measure(ctx, b.c.runs, vs)
@@ -339,6 +318,27 @@ func (b *bench) batchSection(ctx context.Context) error {
 	b.report.add(s, "batch", "heap allocations of this process per job", "allocs/job",
 		"queuey EnqueueBatch", "allocs", "raw window 256", "allocs", "amqp091-go, 256 confirms outstanding, 1 channel", false, 0)
 	return nil
+}
+
+// rawSpread is a raw pipelined variant: n copies of msg to queue, split
+// evenly over chs, each channel from a goroutine of its own keeping up to
+// window confirms outstanding; the queue is purged after each run.
+func (b *bench) rawSpread(chs []*amqp.Channel, queue string, msg amqp.Publishing, n, window int) func(context.Context) (map[string]float64, error) {
+	return func(ctx context.Context) (map[string]float64, error) {
+		defer b.purge(queue)
+		t := startTimer()
+		errs := make([]error, len(chs))
+		var wg sync.WaitGroup
+		for c, ch := range chs {
+			share := n/len(chs) + min(1, max(0, n%len(chs)-c))
+			wg.Go(func() { errs[c] = rawPipelined(ctx, ch, queue, msg, share, window) })
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return nil, err
+		}
+		return t.stop(n), nil
+	}
 }
 
 // rawPipelined publishes n copies of msg on ch keeping up to window

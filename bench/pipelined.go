@@ -71,14 +71,7 @@ func (b *bench) pipelinedSection(ctx context.Context) error {
 	}
 	// One goroutine, one channel, 256 confirms outstanding: the broker's
 	// pipelined rate, which no caller that waits for its own confirm gets.
-	vs = append(vs, variant{"raw window 256, 1 goroutine", func(ctx context.Context) (map[string]float64, error) {
-		defer b.purge(work)
-		t := startTimer()
-		if err := rawPipelined(ctx, chs[0], work, msg, n, rawWindow); err != nil {
-			return nil, err
-		}
-		return t.stop(n), nil
-	}})
+	vs = append(vs, variant{"raw window 256, 1 goroutine", b.rawSpread(chs[:1], work, msg, n, rawWindow)})
 	s, err := measure(ctx, b.c.runs, vs)
 	if err != nil {
 		return err
