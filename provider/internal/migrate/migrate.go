@@ -60,10 +60,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/queuey/terraform-provider-queuey/internal/amqphosts"
 	"github.com/queuey/terraform-provider-queuey/internal/divert"
 	"github.com/queuey/terraform-provider-queuey/runtime/topology"
 )
@@ -209,20 +211,33 @@ type Result struct {
 var ErrNotEmpty = errors.New("the queue kept receiving messages between moving them aside and deleting it")
 
 // Dial connects to the broker at amqpURL, in virtual host vhost (which
-// overrides any in the URL). cfg may be nil; its Vhost is ignored.
+// overrides any in the URL). amqpURL may list the nodes of a cluster as
+// hosts (amqp://user:pass@host1:5672,host2:5672/, package amqphosts): they
+// are dialled in order, once each, and the first that answers is used.
+// cfg may be nil; its Vhost is ignored.
 func Dial(amqpURL, vhost string, cfg *amqp.Config) (*amqp.Connection, error) {
-	var c amqp.Config
+	urls, err := amqphosts.Split(amqpURL)
+	if err != nil {
+		return nil, fmt.Errorf("connect to RabbitMQ over AMQP (virtual host %q): %w", vhost, err)
+	}
+	var base amqp.Config
 	if cfg != nil {
-		c = *cfg
+		base = *cfg
 	}
-	c.Vhost = vhost
-	if c.Properties == nil {
-		c.Properties = amqp.Table{}
-	}
-	if _, ok := c.Properties["connection_name"]; !ok {
-		c.Properties["connection_name"] = "queuey migration"
-	}
-	ac, err := amqp.DialConfig(amqpURL, c)
+	base.Vhost = vhost
+	ac, err := amqphosts.DialInOrder(urls, func(u string) (*amqp.Connection, error) {
+		// DialConfig writes to Properties: each dial gets its own copy,
+		// and the caller's is left alone.
+		c := base
+		c.Properties = maps.Clone(base.Properties)
+		if c.Properties == nil {
+			c.Properties = amqp.Table{}
+		}
+		if _, ok := c.Properties["connection_name"]; !ok {
+			c.Properties["connection_name"] = "queuey migration"
+		}
+		return amqp.DialConfig(u, c)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("connect to RabbitMQ over AMQP (virtual host %q): %w", vhost, err)
 	}
