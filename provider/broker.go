@@ -30,8 +30,11 @@ const declareWorkers = 8
 // broker is the provider's view of the management API: the handful of
 // operations the queue set needs, with arguments already normalized.
 type broker struct {
-	endpoint string
-	username string
+	// endpoint is the endpoint setting as the diagnostics show it: the
+	// URLs of endpoints without a trailing slash, separated by commas.
+	endpoint  string
+	endpoints []string
+	username  string
 	// clientCert says whether the transport presents a client certificate,
 	// which changes what a refused TLS handshake asks the user to do.
 	clientCert bool
@@ -81,10 +84,12 @@ type brokerQueue struct {
 	Messages int64
 }
 
-// newBroker builds the broker behind endpoint. transport nil means
-// http.DefaultTransport, which presents no client certificate. Its TLS
-// settings are not read: the shared transport writes them on its first
-// request (or Clone) in any goroutine, so reading them races with that.
+// newBroker builds the broker behind endpoint, one management API URL or
+// several separated by commas (parseEndpoints), among which every request
+// fails over (failover). transport nil means http.DefaultTransport, which
+// presents no client certificate. Its TLS settings are not read: the
+// shared transport writes them on its first request (or Clone) in any
+// goroutine, so reading them races with that.
 func newBroker(endpoint, username, password string, transport http.RoundTripper) (*broker, error) {
 	clientCert := false
 	if transport == nil {
@@ -92,11 +97,35 @@ func newBroker(endpoint, username, password string, transport http.RoundTripper)
 	} else if t, ok := transport.(*http.Transport); ok && t.TLSClientConfig != nil {
 		clientCert = len(t.TLSClientConfig.Certificates) > 0
 	}
+	endpoints := []string{strings.TrimRight(endpoint, "/")}
+	if strings.Contains(endpoint, ",") {
+		urls, problem := parseEndpoints(endpoint)
+		if problem != "" {
+			return nil, errors.New(problem)
+		}
+		endpoints = make([]string, len(urls))
+		for i, u := range urls {
+			endpoints[i] = strings.TrimRight(u.String(), "/")
+		}
+		// The client's own endpoint is the first; failover rewrites
+		// each request's host from there.
+		endpoint, transport = endpoints[0], newFailover(urls, transport)
+	}
 	c, err := newRabbitClient(endpoint, username, password, plainHTTPCheck{next: transport})
 	if err != nil {
 		return nil, err
 	}
-	return &broker{endpoint: strings.TrimRight(endpoint, "/"), username: username, clientCert: clientCert, client: c}, nil
+	return &broker{endpoint: strings.Join(endpoints, ","), endpoints: endpoints, username: username, clientCert: clientCert, client: c}, nil
+}
+
+// withScheme is the endpoint setting with every URL's scheme from (such
+// as "http://") replaced by to, for a diagnostic that suggests it.
+func (b *broker) withScheme(from, to string) string {
+	out := make([]string, len(b.endpoints))
+	for i, e := range b.endpoints {
+		out[i] = to + strings.TrimPrefix(e, from)
+	}
+	return strings.Join(out, ",")
 }
 
 // errPlainHTTPToTLS marks a plain HTTP request that the server refused
@@ -317,12 +346,12 @@ func (b *broker) brokerDiagnostic(summary, attempted string, err error) (string,
 		return "RabbitMQ Endpoint Expects HTTPS",
 			fmt.Sprintf("%s, and the server answered in TLS: the endpoint uses http:// but the port speaks TLS. "+
 				"Write endpoint (or QUEUEY_ENDPOINT) with https://, such as %s, and set ca_file unless an authority the system trusts signed the broker's certificate.\n\n%s",
-				tried, "https://"+strings.TrimPrefix(b.endpoint, "http://"), err)
+				tried, b.withScheme("http://", "https://"), err)
 	case strings.Contains(err.Error(), "server gave HTTP response to HTTPS client"):
 		return "RabbitMQ Endpoint Does Not Speak HTTPS",
 			fmt.Sprintf("%s, and the server answered in plain HTTP: the endpoint uses https:// but the port does not speak TLS. "+
 				"Write endpoint (or QUEUEY_ENDPOINT) with http://, such as %s, or point it at the broker's HTTPS listener (management.ssl.port, 15671 by default).\n\n%s",
-				tried, "http://"+strings.TrimPrefix(b.endpoint, "https://"), err)
+				tried, b.withScheme("https://", "http://"), err)
 	case answeredWith(err, "AMQP"):
 		return "RabbitMQ Endpoint Is The AMQP Port",
 			fmt.Sprintf("%s, and the server answered in AMQP: the endpoint points at the broker's AMQP listener, not at its management API. "+

@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -112,6 +111,8 @@ func (p *queueyProvider) Schema(_ context.Context, _ provider.SchemaRequest, res
 			"endpoint": schema.StringAttribute{
 				Optional: true,
 				MarkdownDescription: "URL of the RabbitMQ management API, such as `https://rabbit.example.com:15671`; a trailing slash is fine. " +
+					"For a cluster, the URLs of several nodes separated by commas, such as `https://rabbit1:15671,https://rabbit2:15671,https://rabbit3:15671`, all `http` or all `https`: " +
+					"each request goes to the node that answered last (the first listed, to begin with), and to the next node when that one gives no answer or answers 502 or 503. " +
 					"(default: `" + defaultEndpoint + "`)" + env("endpoint"),
 			},
 			"username": schema.StringAttribute{
@@ -129,9 +130,11 @@ func (p *queueyProvider) Schema(_ context.Context, _ provider.SchemaRequest, res
 				Sensitive: true,
 				MarkdownDescription: "AMQP URL of the same broker, such as `amqps://user:password@rabbit.example.com:5671/`, " +
 					"over which a queue whose arguments change is migrated: its messages moved aside and back. " +
+					"For a cluster it may list several hosts, such as `amqps://user:password@rabbit1:5671,rabbit2:5671/`; a migration uses the first that answers. " +
 					"The virtual host of each queue set is used whatever the URL's path says, and the TLS settings below apply to `amqps` too. " +
 					"A migration first checks that it reaches the cluster the endpoint manages (their cluster names), and refuses, changing nothing, when it does not. " +
-					"(default: the endpoint's host with `username` and `password`, on port 5672, or `amqps` on 5671 when the endpoint is https)" + env("amqp_url"),
+					"(default: the endpoint's host with `username` and `password`, on port 5672, or `amqps` on 5671 when the endpoint is https; " +
+					"with several endpoints, the host of each, in their order)" + env("amqp_url"),
 			},
 			"ca_file": schema.StringAttribute{
 				Optional:            true,
@@ -193,13 +196,9 @@ func (p *queueyProvider) Configure(ctx context.Context, req provider.ConfigureRe
 		insecure = b
 	}
 
-	u, err := url.Parse(endpoint)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		detail := fmt.Sprintf("The management endpoint %q is not an http or https URL. Set endpoint (or QUEUEY_ENDPOINT) to a URL such as %s.", endpoint, defaultEndpoint)
-		if err != nil {
-			detail += "\n\n" + err.Error()
-		}
-		resp.Diagnostics.AddAttributeError(path.Root("endpoint"), "Invalid RabbitMQ Endpoint", detail)
+	endpoints, problem := parseEndpoints(endpoint)
+	if problem != "" {
+		resp.Diagnostics.AddAttributeError(path.Root("endpoint"), "Invalid RabbitMQ Endpoint", problem)
 		return
 	}
 
@@ -211,6 +210,9 @@ func (p *queueyProvider) Configure(ctx context.Context, req provider.ConfigureRe
 	}
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	transport.TLSClientConfig = tlsConfig
+	if len(endpoints) > 1 {
+		transport.DialContext = (&net.Dialer{Timeout: failoverDialTimeout, KeepAlive: 30 * time.Second}).DialContext
+	}
 
 	b, err := newBroker(endpoint, username, password, transport)
 	if err != nil {
@@ -218,7 +220,7 @@ func (p *queueyProvider) Configure(ctx context.Context, req provider.ConfigureRe
 		return
 	}
 	if amqpURL == "" {
-		amqpURL = defaultAMQPURL(u, username, password)
+		amqpURL = defaultAMQPURL(endpoints, username, password)
 	}
 	data := &providerData{broker: b, amqpURL: amqpURL, amqpConfig: &amqp.Config{TLSClientConfig: tlsConfig}}
 	resp.ResourceData = data
@@ -231,16 +233,6 @@ func (p *queueyProvider) Resources(_ context.Context) []func() resource.Resource
 
 func (p *queueyProvider) DataSources(_ context.Context) []func() datasource.DataSource {
 	return []func() datasource.DataSource{NewQueueSetDataSource}
-}
-
-// defaultAMQPURL is the AMQP URL of the broker whose management API is at
-// endpoint, on the standard ports, with the same credentials.
-func defaultAMQPURL(endpoint *url.URL, username, password string) string {
-	u := url.URL{Scheme: "amqp", Host: net.JoinHostPort(endpoint.Hostname(), "5672"), User: url.UserPassword(username, password), Path: "/"}
-	if endpoint.Scheme == "https" {
-		u.Scheme, u.Host = "amqps", net.JoinHostPort(endpoint.Hostname(), "5671")
-	}
-	return u.String()
 }
 
 // setting resolves one string setting: the configuration, then its
