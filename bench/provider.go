@@ -272,7 +272,7 @@ func (b *bench) providerSection(ctx context.Context) error {
 			for i := range b.c.setQueues {
 				work := topology.WorkName(prefix, fmt.Sprintf("q%03d", i))
 				qs = append(qs, q{work, topology.WorkArgs(topology.Queue{Name: fmt.Sprintf("q%03d", i), MaxPriority: topology.DefaultMaxPriority, Durable: true})})
-				qs = append(qs, q{topology.DeadName(work), topology.DeadArgs()})
+				qs = append(qs, q{topology.DeadName(work), topology.DeadArgs("")})
 			}
 			m := map[string]float64{}
 			start := time.Now()

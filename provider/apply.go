@@ -40,6 +40,9 @@ func (r *queueSetResource) runStep(ctx context.Context, vhost string, s step) er
 	case stepMigrate:
 		return r.replaceQueue(ctx, vhost, d)
 	case stepDelete:
+		if s.ifEmpty && queueTypeOfDeclaration(d) == topology.QuorumQueueType {
+			return r.deleteQuorumIfEmpty(ctx, vhost, d)
+		}
 		return r.data.broker.deleteQueue(vhost, d.Name, s.ifEmpty)
 	}
 	return fmt.Errorf("unknown step %d on queue %q", s.kind, d.Name)
@@ -59,7 +62,17 @@ func (r *queueSetResource) replaceQueue(ctx context.Context, vhost string, d top
 	if err := r.data.broker.sameCluster(ac, r.data.amqpURL); err != nil {
 		return err
 	}
-	res, err := migrate.Migrate(ctx, ac, d.Name, d.Args, d.Durable, nil)
+	// How the migration deletes q depends on q's type now, which a
+	// change of queue_type makes another than d's.
+	existing, _, err := r.data.broker.getQueue(vhost, d.Name)
+	if err != nil {
+		return fmt.Errorf("%w: read queue %q: %w", errMigration, d.Name, err)
+	}
+	opts := &migrate.Options{}
+	if existing.Type == topology.QuorumQueueType {
+		opts.QueueType = topology.QuorumQueueType
+	}
+	res, err := migrate.Migrate(ctx, ac, d.Name, d.Args, d.Durable, opts)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errMigration, err)
 	}
@@ -73,6 +86,32 @@ func (r *queueSetResource) replaceQueue(ctx context.Context, vhost string, d top
 		})
 	}
 	return nil
+}
+
+// queueTypeOfDeclaration is the type d declares: "" for classic.
+func queueTypeOfDeclaration(d topology.Declaration) string {
+	t, _ := d.Args[topology.ArgQueueType].(string)
+	return t
+}
+
+// deleteQuorumIfEmpty deletes quorum queue d only when it is empty, over
+// AMQP: the management API, like AMQP, refuses an if-empty delete of a
+// quorum queue. A queue that holds messages, or received some during the
+// delete (put back: see migrate.DeleteIfEmpty), is errNotEmpty.
+func (r *queueSetResource) deleteQuorumIfEmpty(ctx context.Context, vhost string, d topology.Declaration) error {
+	ac, err := migrate.Dial(r.data.amqpURL, vhost, r.data.amqpConfig)
+	if err != nil {
+		return fmt.Errorf("delete quorum queue %q, which needs AMQP: %w", d.Name, err)
+	}
+	defer func() { _ = ac.Close() }()
+	if err := r.data.broker.sameCluster(ac, r.data.amqpURL); err != nil {
+		return err
+	}
+	err = migrate.DeleteIfEmpty(ctx, ac, d.Name, d.Durable, d.Args)
+	if errors.Is(err, migrate.ErrQueueNotEmpty) {
+		return fmt.Errorf("%w: %w", errNotEmpty, err)
+	}
+	return err
 }
 
 // errMigration marks a failed migration, whose messages are safe in one of

@@ -2,6 +2,7 @@ package provider
 
 import (
 	"context"
+	"maps"
 	"reflect"
 
 	"github.com/hashicorp/terraform-plugin-framework/diag"
@@ -185,7 +186,20 @@ func removeSteps(work string, existing map[string]brokerQueue, force bool) []ste
 	names = append(names, topology.DeadName(work))
 	steps := make([]step, len(names))
 	for i, n := range names {
-		steps[i] = step{kind: stepDelete, queue: topology.Declaration{Name: n}, ifEmpty: !force}
+		// As the queue is: a quorum queue is deleted another way, and
+		// declared again as it was if messages reach it meanwhile.
+		d := topology.Declaration{Name: n}
+		if q, ok := existing[n]; ok {
+			d.Durable, d.Args = q.Durable, q.Arguments
+			if q.Type == topology.QuorumQueueType {
+				d.Args = maps.Clone(q.Arguments)
+				if d.Args == nil {
+					d.Args = map[string]any{}
+				}
+				d.Args[topology.ArgQueueType] = topology.QuorumQueueType
+			}
+		}
+		steps[i] = step{kind: stepDelete, queue: d, ifEmpty: !force}
 	}
 	return steps
 }

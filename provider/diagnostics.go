@@ -141,8 +141,11 @@ func replacementWarning(vhost, name string, target topology.Declaration, reason 
 // the attribute; what is wrong with the value (it) follows.
 func queueArgumentDiagnostic(queue, attribute, it string) diag.Diagnostic {
 	summary := "Invalid Max Priority"
-	if attribute == "message_ttl" {
+	switch attribute {
+	case "message_ttl":
 		summary = "Invalid Message TTL"
+	case "queue_type":
+		summary = "Invalid Queue Type"
 	}
 	return diag.NewAttributeErrorDiagnostic(path.Root("queues").AtMapKey(queue), summary,
 		fmt.Sprintf("Queue %q: %s %s.", queue, attribute, strings.TrimSuffix(it, ".")))
@@ -157,6 +160,8 @@ func topologyDiagnostic(err error) diag.Diagnostic {
 	switch {
 	case errors.As(err, &argErr) && argErr.Argument == topology.ArgumentMessageTTL:
 		return queueArgumentDiagnostic(argErr.Queue, "message_ttl", argErr.Reason)
+	case errors.As(err, &argErr) && argErr.Argument == topology.ArgumentQueueType:
+		return queueArgumentDiagnostic(argErr.Queue, "queue_type", argErr.Reason)
 	case errors.As(err, &argErr):
 		return queueArgumentDiagnostic(argErr.Queue, "max_priority", argErr.Reason)
 	case errors.Is(err, topology.ErrInvalidPrefix):

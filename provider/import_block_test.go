@@ -51,7 +51,7 @@ func TestAccQueueSet_importBlock(t *testing.T) {
 	want := map[string]wantQueue{}
 	for _, q := range declared {
 		want[work(p, q.Name)] = wantQueue{true, topology.WorkArgs(q)}
-		want[dead(p, q.Name)] = wantQueue{topology.DeadDurable, topology.DeadArgs()}
+		want[dead(p, q.Name)] = wantQueue{topology.DeadDurable, topology.DeadArgs("")}
 	}
 
 	missing := p + "-missing"
@@ -76,7 +76,7 @@ import {
 					if _, err := b.mgmt.DeclareQueue("/", work(p, q.Name), rabbitQueue(q.Durable, topology.WorkArgs(q))); err != nil {
 						t.Fatal(err)
 					}
-					if _, err := b.mgmt.DeclareQueue("/", dead(p, q.Name), rabbitQueue(topology.DeadDurable, topology.DeadArgs())); err != nil {
+					if _, err := b.mgmt.DeclareQueue("/", dead(p, q.Name), rabbitQueue(topology.DeadDurable, topology.DeadArgs(""))); err != nil {
 						t.Fatal(err)
 					}
 				}

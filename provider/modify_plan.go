@@ -7,6 +7,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/types"
+
+	"github.com/queuey/terraform-provider-queuey/runtime/topology"
 )
 
 // ModifyPlan fills in every queue's names and arguments, which follow from
@@ -34,7 +36,25 @@ func (r *queueSetResource) ModifyPlan(ctx context.Context, req resource.ModifyPl
 	if resp.Diagnostics.HasError() {
 		return
 	}
+	configured := map[string]queueModel{}
+	if req.Config.Schema != nil && !req.Config.Raw.IsNull() {
+		var cfg queueSetModel
+		resp.Diagnostics.Append(req.Config.Get(ctx, &cfg)...)
+		if !cfg.Queues.IsUnknown() {
+			c, diags := queueModels(ctx, cfg.Queues)
+			resp.Diagnostics.Append(diags...)
+			configured = c
+		}
+		if resp.Diagnostics.HasError() {
+			return
+		}
+	}
 	for name, q := range queues {
+		if c, ok := configured[name]; ok && c.MaxPriority.IsNull() && typeOf(q) == topology.QuorumQueueType {
+			// The schema's default of 10 is a classic queue's: a quorum
+			// queue takes no x-max-priority.
+			q.MaxPriority = types.Int64Value(0)
+		}
 		queues[name] = withComputed(plan.Prefix.ValueString(), name, q)
 	}
 	m, diags := types.MapValueFrom(ctx, queueObjectType, queues)
@@ -46,6 +66,7 @@ func (r *queueSetResource) ModifyPlan(ctx context.Context, req resource.ModifyPl
 	resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("runtime_config"), runtimeConfig(plan.Vhost, plan.Prefix, queues))...)
 	if !plan.Vhost.IsUnknown() {
 		resp.Diagnostics.Append(r.transientDiagnostics(plan.Vhost.ValueString(), plan.Prefix.ValueString(), queues)...)
+		resp.Diagnostics.Append(r.quorumDiagnostics(plan.Prefix.ValueString(), queues)...)
 	}
 
 	if req.State.Raw.IsNull() {

@@ -27,6 +27,7 @@ type queueModel struct {
 	MaxPriority   types.Int64  `tfsdk:"max_priority"`
 	MessageTTL    ttlValue     `tfsdk:"message_ttl"`
 	Durable       types.Bool   `tfsdk:"durable"`
+	QueueType     types.String `tfsdk:"queue_type"`
 	Name          types.String `tfsdk:"name"`
 	DeadName      types.String `tfsdk:"dead_name"`
 	Arguments     types.Map    `tfsdk:"arguments"`
@@ -43,6 +44,7 @@ var queueObjectType = types.ObjectType{AttrTypes: map[string]attr.Type{
 	"max_priority":   types.Int64Type,
 	"message_ttl":    ttlType{},
 	"durable":        types.BoolType,
+	"queue_type":     types.StringType,
 	"name":           types.StringType,
 	"dead_name":      types.StringType,
 	"arguments":      argsType,
@@ -83,7 +85,7 @@ func parseID(id string) (vhost, prefix string, err error) {
 // configKnown reports whether every configurable attribute of q is known,
 // which is what computing its names and arguments needs.
 func configKnown(q queueModel) bool {
-	return !q.MaxPriority.IsUnknown() && !q.MessageTTL.IsUnknown() && !q.Durable.IsUnknown()
+	return !q.MaxPriority.IsUnknown() && !q.MessageTTL.IsUnknown() && !q.Durable.IsUnknown() && !q.QueueType.IsUnknown()
 }
 
 // toTopology resolves a configured queue to the topology package's Queue.
@@ -91,6 +93,12 @@ func configKnown(q queueModel) bool {
 // have not been through the framework's defaults yet (validation).
 func toTopology(name string, q queueModel) (topology.Queue, error) {
 	tq := topology.Queue{Name: name, MaxPriority: topology.DefaultMaxPriority, Durable: true}
+	if !q.QueueType.IsNull() && q.QueueType.ValueString() != topology.DefaultQueueType {
+		tq.Type = q.QueueType.ValueString()
+	}
+	if tq.Quorum() {
+		tq.MaxPriority = 0 // quorum queues take no x-max-priority
+	}
 	if !q.MaxPriority.IsNull() {
 		p := q.MaxPriority.ValueInt64()
 		// Clamp into int range for the topology check to report; the value
@@ -146,8 +154,11 @@ func withComputed(prefix, name string, q queueModel) queueModel {
 	work := topology.WorkName(prefix, name)
 	q.Name = types.StringValue(work)
 	q.DeadName = types.StringValue(topology.DeadName(work))
-	dead, _ := intArgs(topology.DeadArgs())
-	q.DeadArguments = argsValue(dead)
+	q.DeadArguments = types.MapUnknown(types.Int64Type)
+	if !q.QueueType.IsUnknown() {
+		dead, _ := intArgs(topology.DeadArgs(typeOf(q)))
+		q.DeadArguments = argsValue(dead)
+	}
 	if !configKnown(q) {
 		q.Arguments = types.MapUnknown(types.Int64Type)
 		return q
@@ -163,26 +174,55 @@ func withComputed(prefix, name string, q queueModel) queueModel {
 	return q
 }
 
+// typeOf is q's queue type as the topology package spells it: "" for
+// classic.
+func typeOf(q queueModel) string {
+	if q.QueueType.IsNull() || q.QueueType.IsUnknown() || q.QueueType.ValueString() == topology.DefaultQueueType {
+		return ""
+	}
+	return q.QueueType.ValueString()
+}
+
+// withoutType is args less the queue type, which the queue_type attribute
+// shows instead of the integer argument maps.
+func withoutType(args map[string]any) map[string]any {
+	if _, ok := args[topology.ArgQueueType]; !ok {
+		return args
+	}
+	out := make(map[string]any, len(args))
+	for k, v := range args {
+		if k != topology.ArgQueueType {
+			out[k] = v
+		}
+	}
+	return out
+}
+
 // fromBroker is what the broker says logical queue name is: the
 // configuration that would declare work and dead as they are, message_ttl
 // in its canonical form ("1m30s"); the framework keeps a prior "90s" in its
 // place (see ttlValue). prior is the queue's previous state, if any. The
 // second result lists what the model cannot show (a string argument, a
-// quorum queue), for a warning.
+// stream queue, a dead-letter queue of another type than its work queue),
+// for a warning.
 func fromBroker(name string, work, dead brokerQueue, prior *queueModel) (queueModel, []string) {
 	var problems []string
-	args, dropped := intArgs(work.Arguments)
+	args, dropped := intArgs(withoutType(work.Arguments))
 	if dropped {
 		problems = append(problems, fmt.Sprintf("queue %q has arguments that are not integers (%s); queuey never sets those", work.Name, migrate.FormatArgs(work.Arguments)))
 	}
-	deadArgs, dropped := intArgs(dead.Arguments)
+	deadArgs, dropped := intArgs(withoutType(dead.Arguments))
 	if dropped {
 		problems = append(problems, fmt.Sprintf("queue %q has arguments that are not integers (%s); queuey never sets those", dead.Name, migrate.FormatArgs(dead.Arguments)))
 	}
+	workType, deadType := brokerType(work), brokerType(dead)
 	for _, q := range []brokerQueue{work, dead} {
-		if q.Type != "" && q.Type != "classic" {
-			problems = append(problems, fmt.Sprintf("queue %q is a %s queue; queuey only uses classic queues, because other types ignore priorities", q.Name, q.Type))
+		if t := brokerType(q); t != topology.DefaultQueueType && t != topology.QuorumQueueType {
+			problems = append(problems, fmt.Sprintf("queue %q is a %s queue; queuey declares classic and quorum queues only", q.Name, t))
 		}
+	}
+	if deadType != workType {
+		problems = append(problems, fmt.Sprintf("queue %q is a %s queue but its work queue %q is %s; queuey declares both with the set's queue_type", dead.Name, deadType, work.Name, workType))
 	}
 	if !dead.Durable {
 		problems = append(problems, fmt.Sprintf("queue %q is not durable; queuey declares dead-letter queues durable", dead.Name))
@@ -191,6 +231,7 @@ func fromBroker(name string, work, dead brokerQueue, prior *queueModel) (queueMo
 	q := queueModel{
 		MaxPriority:   types.Int64Value(args[topology.ArgMaxPriority]),
 		Durable:       types.BoolValue(work.Durable),
+		QueueType:     types.StringValue(workType),
 		Name:          types.StringValue(work.Name),
 		DeadName:      types.StringValue(dead.Name),
 		Arguments:     argsValue(args),
@@ -207,6 +248,14 @@ func fromBroker(name string, work, dead brokerQueue, prior *queueModel) (queueMo
 		}
 	}
 	return q, problems
+}
+
+// brokerType is q's type, DefaultQueueType when the broker says none.
+func brokerType(q brokerQueue) string {
+	if q.Type == "" {
+		return topology.DefaultQueueType
+	}
+	return q.Type
 }
 
 // readQueue is what the broker says logical queue name of a set is, given
@@ -230,15 +279,25 @@ func readQueue(prefix, name string, existing map[string]brokerQueue, prior *queu
 		return queueModel{}, false, nil
 	}
 	// Stand in for the missing queue with what the prior state said.
+	priorType := topology.DefaultQueueType
+	if t := typeOf(*prior); t != "" {
+		priorType = t
+	}
 	if !okW {
-		wq = brokerQueue{Name: work, Durable: prior.Durable.ValueBool(), Type: "classic"}
+		wq = brokerQueue{Name: work, Durable: prior.Durable.ValueBool(), Type: brokerType(dq)}
 	}
 	if !okD {
-		dq = brokerQueue{Name: dead, Durable: topology.DeadDurable, Type: "classic"}
+		dq = brokerQueue{Name: dead, Durable: topology.DeadDurable, Type: brokerType(wq)}
+	}
+	if !okW && !okD {
+		wq.Type, dq.Type = priorType, priorType
 	}
 	q, problems := fromBroker(name, wq, dq, prior)
 	if !okW {
 		q.MaxPriority, q.MessageTTL, q.Durable, q.Arguments = prior.MaxPriority, prior.MessageTTL, prior.Durable, prior.Arguments
+		if !prior.QueueType.IsNull() {
+			q.QueueType = prior.QueueType
+		}
 		q.Name = types.StringNull()
 	}
 	if !okD {
@@ -260,7 +319,7 @@ func missing(q queueModel) (work, dead bool) {
 func replacement(ctx context.Context, before, after queueModel) (queueChange, diag.Diagnostics) {
 	mw, md := missing(before)
 	if mw {
-		before.Arguments, before.Durable = after.Arguments, after.Durable
+		before.Arguments, before.Durable, before.QueueType = after.Arguments, after.Durable, after.QueueType
 	}
 	if md {
 		before.DeadArguments = after.DeadArguments
@@ -337,6 +396,11 @@ func diffQueue(ctx context.Context, before, after queueModel) (queueChange, diag
 		c.Work = true
 		reasons = append(reasons, fmt.Sprintf("durable %t → %t", before.Durable.ValueBool(), after.Durable.ValueBool()))
 	}
+	// A state written before queue_type existed has none: classic.
+	if bt, at := typeName(before), typeName(after); !after.QueueType.IsUnknown() && bt != at {
+		c.Work, c.Dead = true, true
+		reasons = append(reasons, fmt.Sprintf("queue type %s → %s", bt, at))
+	}
 	oldDead, d := mapInts(ctx, before.DeadArguments)
 	diags.Append(d...)
 	newDead, d := mapInts(ctx, after.DeadArguments)
@@ -347,6 +411,14 @@ func diffQueue(ctx context.Context, before, after queueModel) (queueChange, diag
 	}
 	c.Reason = strings.Join(reasons, "; ")
 	return c, diags
+}
+
+// typeName is q's queue type, DefaultQueueType when it has none.
+func typeName(q queueModel) string {
+	if t := typeOf(q); t != "" {
+		return t
+	}
+	return topology.DefaultQueueType
 }
 
 // argDiff describes how two argument maps differ, "" when they do not.

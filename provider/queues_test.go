@@ -224,7 +224,7 @@ func TestValidateSetPointsAtAttributes(t *testing.T) {
 	ctx := context.Background()
 	q := func(p int64, ttl string) attr.Value {
 		m := map[string]attr.Value{
-			"max_priority": types.Int64Value(p), "message_ttl": ttlNull(), "durable": types.BoolNull(),
+			"max_priority": types.Int64Value(p), "message_ttl": ttlNull(), "durable": types.BoolNull(), "queue_type": types.StringNull(),
 			"name": types.StringNull(), "dead_name": types.StringNull(),
 			"arguments": types.MapNull(types.Int64Type), "dead_arguments": types.MapNull(types.Int64Type),
 		}

@@ -118,6 +118,18 @@ func queueSetSchema() schema.Schema {
 							Default:             booldefault.StaticBool(true),
 							MarkdownDescription: "Whether the work queue survives a broker restart. The dead-letter queue is always durable. (default: `true`)",
 						},
+						"queue_type": schema.StringAttribute{
+							Optional: true,
+							Computed: true,
+							Default:  stringdefault.StaticString(topology.DefaultQueueType),
+							MarkdownDescription: "Type of the work and dead-letter queues: `classic`, which lives on one node of a cluster, or `quorum`, replicated on a majority of the nodes so that it survives the loss of a minority. " +
+								"Hold queues are classic either way (a quorum queue's `x-expires` is not renewed by a redeclare). " +
+								"A quorum queue must be durable and takes no `max_priority`, which defaults to `0` for it: RabbitMQ refuses `x-max-priority` on quorum queues; " +
+								"4.0 and later give them two priority levels without it (0 to 4 normal, 5 and above high, served two high for one normal), which queuey uses to put deferred jobs ahead of the backlog, and 3.x delivers in order. " +
+								fmt.Sprintf("Its queues get `x-delivery-limit` (%d on the work queue, whose workers dead-letter a job redelivered %d times without running it; %d, no limit in effect, on the dead-letter queue, whose every read counts as a delivery). ",
+									topology.WorkDeliveryLimit, topology.WorkDeliveryLimit-1, topology.UnlimitedDeliveries) +
+								"Changing it replaces the work and dead-letter queues, with their messages moved across like any argument change. (default: `classic`)",
+						},
 						"name": schema.StringAttribute{
 							Computed:            true,
 							MarkdownDescription: "Name of the work queue, `<prefix>.<name>`.",

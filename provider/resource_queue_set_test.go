@@ -446,7 +446,7 @@ func TestAccQueueSet_importedMessageTTLPlansNoChange(t *testing.T) {
 				if _, err := b.mgmt.DeclareQueue("/", work(p, "a"), rabbitQueue(true, topology.WorkArgs(tq))); err != nil {
 					t.Fatal(err)
 				}
-				if _, err := b.mgmt.DeclareQueue("/", dead(p, "a"), rabbitQueue(topology.DeadDurable, topology.DeadArgs())); err != nil {
+				if _, err := b.mgmt.DeclareQueue("/", dead(p, "a"), rabbitQueue(topology.DeadDurable, topology.DeadArgs(""))); err != nil {
 					t.Fatal(err)
 				}
 			},

@@ -18,7 +18,7 @@ import (
 func TestMaxPriorityErrorNamesQueueV256AndValue300(t *testing.T) {
 	t.Parallel()
 	queue := types.ObjectValueMust(queueObjectType.AttrTypes, map[string]attr.Value{
-		"max_priority": types.Int64Value(300), "message_ttl": ttlNull(), "durable": types.BoolNull(),
+		"max_priority": types.Int64Value(300), "message_ttl": ttlNull(), "durable": types.BoolNull(), "queue_type": types.StringNull(),
 		"name": types.StringNull(), "dead_name": types.StringNull(),
 		"arguments": types.MapNull(types.Int64Type), "dead_arguments": types.MapNull(types.Int64Type),
 	})

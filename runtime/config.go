@@ -20,7 +20,8 @@ const DefaultPrefetch = 16
 // the same queue the Terraform provider declares by default.
 type QueueConfig struct {
 	// MaxPriority is the work queue's x-max-priority: deliveries with a
-	// higher priority come first. Defaults to 10; NoPriority disables it.
+	// higher priority come first. Defaults to 10 on a classic queue and to
+	// none on a quorum queue, which refuses it; NoPriority disables it.
 	MaxPriority int
 	// MessageTTL is the work queue's x-message-ttl: RabbitMQ deletes a
 	// job that has waited this long in the work queue. Nothing records it:
@@ -44,6 +45,17 @@ type QueueConfig struct {
 	// Prefetch is how many unacknowledged deliveries a worker takes from
 	// this queue at once. Defaults to 16.
 	Prefetch int
+	// QueueType is the type of the work and dead-letter queues:
+	// QueueTypeClassic (the default; "" is the same) or QueueTypeQuorum,
+	// replicated across a cluster's nodes so that the loss of a minority
+	// of them loses nothing. A quorum queue must be durable and takes no
+	// MaxPriority: RabbitMQ 4.0 and later give it two priority levels
+	// without an argument, which deferrals use to go ahead of the backlog
+	// (served two for one, not strictly first); 3.x delivers in order.
+	// Hold queues are classic either way. Workers dead-letter a job a
+	// quorum queue redelivered topology.WorkDeliveryLimit-1 times without
+	// running it, before the broker's delivery limit would drop it.
+	QueueType string
 	// Retry is the queue's default retry policy, the lowest level of the
 	// precedence that WorkerOptions describes: any policy of the job's
 	// worker or kind, or a worker override, comes first. Defaults to
@@ -61,6 +73,12 @@ type QueueSet struct {
 	// Queues are the logical queues of the set.
 	Queues []QueueConfig
 }
+
+// Queue types of QueueConfig.QueueType.
+const (
+	QueueTypeClassic = topology.DefaultQueueType
+	QueueTypeQuorum  = topology.QuorumQueueType
+)
 
 // Validate runs every name and argument check of the set. A producer or
 // worker runs it before declaring anything.
@@ -102,14 +120,20 @@ func (s QueueSet) topology() topology.Set {
 
 // topology resolves the defaults of q into the shared model.
 func (q QueueConfig) topology() topology.Queue {
-	prio := q.MaxPriority
-	switch prio {
-	case 0:
-		prio = topology.DefaultMaxPriority
-	case NoPriority:
-		prio = 0
+	t := topology.Queue{Name: q.Name, MaxPriority: q.MaxPriority, MessageTTL: q.MessageTTL, Durable: !q.NonDurable}
+	if q.QueueType != QueueTypeClassic {
+		t.Type = q.QueueType
 	}
-	return topology.Queue{Name: q.Name, MaxPriority: prio, MessageTTL: q.MessageTTL, Durable: !q.NonDurable}
+	switch t.MaxPriority {
+	case 0:
+		t.MaxPriority = topology.DefaultMaxPriority
+		if t.Quorum() {
+			t.MaxPriority = 0
+		}
+	case NoPriority:
+		t.MaxPriority = 0
+	}
+	return t
 }
 
 // prefetch resolves the default prefetch.

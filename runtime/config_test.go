@@ -26,3 +26,26 @@ func TestQueueSetValidateMaxPriorityMessageSpeaksGo(t *testing.T) {
 		}
 	}
 }
+
+func TestQueueConfigQuorum(t *testing.T) {
+	ok := QueueSet{Prefix: "p", Queues: []QueueConfig{{Name: "q", QueueType: QueueTypeQuorum}, {Name: "c", QueueType: QueueTypeClassic}}}
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("a quorum queue with the default priority: %v", err)
+	}
+	got := ok.topology().Queues
+	if got[0].MaxPriority != 0 || got[0].Type != "quorum" || !got[0].Durable {
+		t.Errorf("quorum queue resolved to %+v, want no priority, durable, quorum", got[0])
+	}
+	if got[1].MaxPriority != 10 || got[1].Type != "" {
+		t.Errorf("classic queue resolved to %+v, want priority 10 and no type", got[1])
+	}
+	for _, bad := range []QueueConfig{
+		{Name: "q", QueueType: QueueTypeQuorum, MaxPriority: 5},
+		{Name: "q", QueueType: QueueTypeQuorum, NonDurable: true},
+		{Name: "q", QueueType: "stream"},
+	} {
+		if err := (QueueSet{Prefix: "p", Queues: []QueueConfig{bad}}).Validate(); err == nil {
+			t.Errorf("%+v was accepted", bad)
+		}
+	}
+}

@@ -50,6 +50,7 @@ func declareOnConnect(set QueueSet, logger *slog.Logger) func(*amqp.Connection) 
 				return err
 			}
 			connected = true
+			warnQuorumWithoutPriorities(serverVersion(ac), set, logger)
 			return nil
 		}
 		return redeclareSet(ac, set, logger)
@@ -167,6 +168,23 @@ func withVersion(ac *amqp.Connection, err error) error {
 		tr.Version = serverVersion(ac)
 	}
 	return err
+}
+
+// warnQuorumWithoutPriorities logs, once per producer or pool, each quorum
+// queue of set on a broker of version (RabbitMQ 3.x) whose quorum queues
+// have no priorities, where deferred jobs wait behind the backlog. The
+// provider's plan warns the same way.
+func warnQuorumWithoutPriorities(version string, set QueueSet, logger *slog.Logger) {
+	major, _, _ := strings.Cut(version, ".")
+	if major != "3" {
+		return
+	}
+	for _, q := range set.Queues {
+		if q.QueueType == QueueTypeQuorum {
+			logger.Warn("queuey: this broker's quorum queues have no priorities, so deferred jobs wait behind the backlog instead of going ahead of it; RabbitMQ 4.0 and later give quorum queues two priority levels",
+				"queue", set.WorkQueue(q.Name), "rabbitmq_version", version)
+		}
+	}
 }
 
 // serverVersion is the "version" of ac's server properties, RabbitMQ's

@@ -19,9 +19,9 @@ func TestSetDeclarationsListsWorkThenDeadPerQueue(t *testing.T) {
 	b := topology.Queue{Name: "b", Durable: false}
 	want := []topology.Declaration{
 		{Name: "p.a", Durable: true, Args: topology.WorkArgs(a)},
-		{Name: "p.a.dead", Durable: topology.DeadDurable, Args: topology.DeadArgs()},
+		{Name: "p.a.dead", Durable: topology.DeadDurable, Args: topology.DeadArgs("")},
 		{Name: "p.b", Durable: false, Args: topology.WorkArgs(b)},
-		{Name: "p.b.dead", Durable: topology.DeadDurable, Args: topology.DeadArgs()},
+		{Name: "p.b.dead", Durable: topology.DeadDurable, Args: topology.DeadArgs("")},
 	}
 	if got := setDeclarations(set); !reflect.DeepEqual(got, want) {
 		t.Errorf("setDeclarations = %+v\nwant %+v", got, want)

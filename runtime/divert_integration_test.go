@@ -53,7 +53,7 @@ func setupStalledDivert(t *testing.T, opts *ProducerOptions, st *stalls) *divert
 // work queue: the migration queue, then the divert queue.
 func (e *divertBundle) startMigration(withMigrationQueue bool) {
 	if withMigrationQueue {
-		e.b.declare(e.migration, true, topology.MigrationArgs())
+		e.b.declare(e.migration, true, topology.MigrationArgs(""))
 	}
 	e.b.declare(e.divert, topology.DivertDurable, topology.DivertArgs())
 }
@@ -238,7 +238,7 @@ func TestIntegrationHeldPublishesAreNotProbedAndDeadLettersAre(t *testing.T) {
 	}
 	// The dead-letter queue's own migration diverts its dead letters.
 	deadMigration := topology.MigrationName(dead)
-	e.b.declare(deadMigration, true, topology.MigrationArgs())
+	e.b.declare(deadMigration, true, topology.MigrationArgs(""))
 	e.b.declare(topology.DivertName(dead), topology.DivertDurable, topology.DivertArgs())
 	time.Sleep(divert.Recheck + 50*time.Millisecond)
 	if err := e.p.publishRaw(ctx, dead, amqp.Publishing{MessageId: "dead-2", Body: []byte("{}")}); err != nil {
@@ -262,7 +262,7 @@ func TestIntegrationUndeclaredProducerDoesNotProbe(t *testing.T) {
 	ctx := testCtx(t)
 	work := b.name("jobs")
 	b.declare(work, true, map[string]any{})
-	b.declare(topology.MigrationName(work), true, topology.MigrationArgs())
+	b.declare(topology.MigrationName(work), true, topology.MigrationArgs(""))
 	b.declare(topology.DivertName(work), topology.DivertDurable, topology.DivertArgs())
 	p, err := NewUndeclaredProducer(ctx, b.url, b.prefix, nil)
 	if err != nil {

@@ -76,7 +76,17 @@ const (
 	// ReasonFatal starts the reason of a job its handler failed with
 	// JobFatal; the wrapped error follows.
 	ReasonFatal = "fatal error: "
+	// ReasonDeliveryLimit starts the reason of a job a quorum work queue
+	// redelivered so often that one more return would reach its delivery
+	// limit, after which RabbitMQ drops a message (see
+	// topology.LastDeliveries). It is dead-lettered without running.
+	ReasonDeliveryLimit = "delivery limit: "
 )
+
+// ErrDeliveryLimit is the error of a job dead-lettered with
+// ReasonDeliveryLimit. It also matches ErrWorkerDied: every redelivery
+// before it was of a run that never settled.
+var ErrDeliveryLimit = errors.New("job is at its quorum queue's delivery limit")
 
 // unknownJobTypeReason is the reason of a job no worker handles.
 func unknownJobTypeReason(jobType string) string {
@@ -191,6 +201,9 @@ const (
 	// redeliveryOverran: its last run outlived the broker's
 	// consumer_timeout, which closed its channel (diedOutcome).
 	redeliveryOverran
+	// redeliveryLast: a quorum queue redelivered it so often that the
+	// broker would drop it after one more return (lastOutcome).
+	redeliveryLast
 )
 
 // dispatch is Dispatch of a delivery with headers, received at received.
@@ -233,6 +246,11 @@ func (d *Dispatcher) dispatchEnvelope(ctx context.Context, queue string, env Env
 	switch why {
 	case redeliveryDied:
 		o := diedOutcome(jc, headerInt(headers, topology.HeaderDied)+1, policy, d.opts.RetryGranularity, nil)
+		o.env = &env
+		return o
+	case redeliveryLast:
+		o := lastOutcome(jc, headerInt(headers, topology.HeaderDeliveryCount), policy)
+		o.died = headerInt(headers, topology.HeaderDied)
 		o.env = &env
 		return o
 	case redeliveryOverran:
@@ -369,6 +387,17 @@ func diedOutcome(jc JobContext, died int, policy RetryPolicy, retryGranularity t
 	}
 	o.died = died
 	return o
+}
+
+// lastOutcome is the outcome of a delivery of a quorum work queue that
+// carries delivery count count, one that topology.LastDeliveries says must
+// not be returned again: a dead letter, unrun, so that the broker's delivery
+// limit never drops a job silently.
+func lastOutcome(jc JobContext, count int, policy RetryPolicy) Outcome {
+	err := fmt.Errorf("%w: the broker redelivered it %d times unsettled (%w), and drops it after %d", ErrDeliveryLimit, count, ErrWorkerDied, topology.WorkDeliveryLimit)
+	return Outcome{Action: ActionDeadLetter, Job: jc, Policy: policy, Err: err,
+		Reason: fmt.Sprintf("%sredelivered %d times unsettled by a quorum queue whose limit is %d deliveries; dead-lettered without running it, before the broker would drop it",
+			ReasonDeliveryLimit, count, topology.WorkDeliveryLimit)}
 }
 
 // ErrConsumerTimeoutExceeded is the error of a job whose run outlived the

@@ -354,7 +354,7 @@ func (p *Producer) enqueueHeld(ctx context.Context, queue, jobType string, paylo
 		// A deferral is counted when a handler defers, as the original
 		// queuey counts it: a job the producer defers has been deferred
 		// by no one yet.
-		env.Priority = uint8(q.MaxPriority)
+		env.Priority = topology.DeferPriority(q)
 	}
 	if err := p.enqueueOne(ctx, queue, env, ttl, deferred); err != nil {
 		return "", err

@@ -147,6 +147,8 @@ func TestStripDeathHeaders(t *testing.T) {
 		{amqp.Table{"x-death": "a"}, amqp.Table{}},
 		{amqp.Table{"x-first-death-queue": "a", "x-last-death-exchange": "", "a": int64(1)}, amqp.Table{"a": int64(1)}},
 		{amqp.Table{"x-deaths": "a", "X-Death": "b"}, amqp.Table{"x-deaths": "a", "X-Death": "b"}},
+		// A quorum queue's count of the original's deliveries.
+		{amqp.Table{"x-delivery-count": int64(19), "x-attempt": int64(2)}, amqp.Table{"x-attempt": int64(2)}},
 	} {
 		if got := stripDeathHeaders(tc.in); !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("stripDeathHeaders(%v) = %v, want %v", tc.in, got, tc.want)

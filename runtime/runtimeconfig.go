@@ -25,7 +25,7 @@ func ParseQueueSet(data []byte) (QueueSet, error) {
 		if prio == 0 {
 			prio = NoPriority
 		}
-		set.Queues[i] = QueueConfig{Name: q.Name, MaxPriority: prio, MessageTTL: q.MessageTTL, NonDurable: !q.Durable}
+		set.Queues[i] = QueueConfig{Name: q.Name, MaxPriority: prio, MessageTTL: q.MessageTTL, NonDurable: !q.Durable, QueueType: q.Type}
 	}
 	return set, set.Validate()
 }

@@ -112,7 +112,7 @@ func (s *subscription) republish(logCtx context.Context, d amqp.Delivery, o Outc
 		env.Priority = 0
 	} else {
 		env.Deferrals++
-		env.Priority = s.q.maxPriority
+		env.Priority = s.q.deferPriority
 	}
 	headers := withoutDeadLetterHeaders(d.Headers)
 	if o.died > 0 {

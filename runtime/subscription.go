@@ -9,6 +9,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/queuey/terraform-provider-queuey/runtime/internal/jobutil"
+	"github.com/queuey/terraform-provider-queuey/runtime/topology"
 )
 
 // subscription is one consumer of one work queue, and the one owner of what
@@ -138,6 +139,9 @@ func (s *subscription) handle(d amqp.Delivery) {
 	why := redeliveryNone
 	if d.Redelivered {
 		why = s.pool.redelivery(d.MessageId)
+	}
+	if s.q.topo.Quorum() && topology.LastDeliveries(int64(headerInt(d.Headers, topology.HeaderDeliveryCount))) {
+		why = redeliveryLast
 	}
 	o := s.pool.disp.dispatch(s.pool.jobCtx, s.q.name, d.Body, d.Headers, why, start)
 	took := time.Since(start)

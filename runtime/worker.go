@@ -93,12 +93,12 @@ type WorkerPool struct {
 
 // poolQueue is one consumed work queue.
 type poolQueue struct {
-	name        string // logical
-	work        string
-	dead        string
-	prefetch    int
-	maxPriority uint8
-	topo        topology.Queue // for declaring it again (see redeclareAfter)
+	name          string // logical
+	work          string
+	dead          string
+	prefetch      int
+	deferPriority uint8          // a deferral's priority, ahead of the backlog (topology.DeferPriority)
+	topo          topology.Queue // for declaring it again (see redeclareAfter)
 }
 
 // NewWorkerPool connects to the broker at url (which may list several
@@ -212,7 +212,7 @@ func consumedQueues(set QueueSet, byName map[string]QueueConfig, names []string)
 		seen[name] = true
 		tq := qc.topology()
 		work := set.WorkQueue(name)
-		queues = append(queues, &poolQueue{name: name, work: work, dead: topology.DeadName(work), prefetch: qc.prefetch(), maxPriority: uint8(tq.MaxPriority), topo: tq})
+		queues = append(queues, &poolQueue{name: name, work: work, dead: topology.DeadName(work), prefetch: qc.prefetch(), deferPriority: topology.DeferPriority(tq), topo: tq})
 		total += qc.prefetch()
 	}
 	return queues, total, nil
@@ -439,7 +439,7 @@ func (p *WorkerPool) redeclareAbsent(q *poolQueue) bool {
 		p.log.Warn("queuey: could not declare the absent work queue again", "queue", q.work, "error", err)
 		return false
 	}
-	if err := declareQueue(ch, q.dead, topology.DeadDurable, topology.DeadArgs()); err != nil {
+	if err := declareQueue(ch, q.dead, topology.DeadDurable, topology.DeadArgs(q.topo.Type)); err != nil {
 		p.log.Warn("queuey: declared the absent work queue again, but not its dead-letter queue", "queue", q.dead, "error", err)
 	}
 	p.log.Warn("queuey: the work queue was deleted and stayed absent with no migration in progress; declared it again", "queue", q.work, "absent_for", redeclareAfter)

@@ -1119,7 +1119,7 @@ func TestIntegrationWorkerGivesBackJobsOfADeletedQueueByPublishingThem(t *testin
 	}
 	defer ch.Close()
 	migration := topology.MigrationName(work)
-	if _, err := ch.QueueDeclare(migration, true, false, false, false, amqp.Table(topology.MigrationArgs())); err != nil {
+	if _, err := ch.QueueDeclare(migration, true, false, false, false, amqp.Table(topology.MigrationArgs(""))); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := ch.QueueDeclare(topology.DivertName(work), topology.DivertDurable, false, false, false, amqp.Table(topology.DivertArgs())); err != nil {

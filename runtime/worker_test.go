@@ -142,7 +142,7 @@ func TestWorkerPoolOptions(t *testing.T) {
 	if cap(pool.sem) != 5+DefaultPrefetch {
 		t.Errorf("default concurrency %d, want the sum of prefetch %d", cap(pool.sem), 5+DefaultPrefetch)
 	}
-	if pool.queues[0].maxPriority != topology.DefaultMaxPriority || pool.queues[0].work != "p.q1" || pool.queues[0].dead != "p.q1.dead" {
+	if pool.queues[0].deferPriority != topology.DefaultMaxPriority || pool.queues[0].work != "p.q1" || pool.queues[0].dead != "p.q1.dead" {
 		t.Errorf("queue: %+v", pool.queues[0])
 	}
 	if name := pool.connCfg.Properties["connection_name"]; name != "queuey worker p" {

@@ -149,7 +149,7 @@ func Wait(ctx context.Context, from time.Time, grace time.Duration) error {
 // delivery tag belong to the delivery, not the message, and do not travel.
 func Republishing(d amqp.Delivery) amqp.Publishing {
 	return amqp.Publishing{
-		Headers:         d.Headers,
+		Headers:         withoutDeliveryCount(d.Headers),
 		ContentType:     d.ContentType,
 		ContentEncoding: d.ContentEncoding,
 		DeliveryMode:    d.DeliveryMode,
@@ -164,4 +164,26 @@ func Republishing(d amqp.Delivery) amqp.Publishing {
 		AppId:           d.AppId,
 		Body:            d.Body,
 	}
+}
+
+// deliveryCount is the header in which a quorum queue tells how often it
+// delivered a message before (topology.HeaderDeliveryCount; this package
+// imports nothing of queuey's).
+const deliveryCount = "x-delivery-count"
+
+// withoutDeliveryCount is h without a quorum queue's delivery count: a copy
+// is a new message, and a RabbitMQ 4.0 quorum queue keeps a publisher's
+// header on a first delivery (3.10 sets 0; both measured), so a copied count
+// would follow the job to its next queue.
+func withoutDeliveryCount(h amqp.Table) amqp.Table {
+	if _, ok := h[deliveryCount]; !ok {
+		return h
+	}
+	out := make(amqp.Table, len(h)-1)
+	for k, v := range h {
+		if k != deliveryCount {
+			out[k] = v
+		}
+	}
+	return out
 }

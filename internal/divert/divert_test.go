@@ -136,3 +136,14 @@ func TestResultIsFreshForRecheckAndUsableForUsable(t *testing.T) {
 		}
 	}
 }
+
+func TestRepublishingDropsTheDeliveryCount(t *testing.T) {
+	d := amqp.Delivery{MessageId: "j", Body: []byte("b"), Headers: amqp.Table{"x-delivery-count": int64(19), "x-attempt": int64(2)}}
+	msg := divert.Republishing(d)
+	if _, ok := msg.Headers["x-delivery-count"]; ok || msg.Headers["x-attempt"] != int64(2) || msg.MessageId != "j" {
+		t.Errorf("headers %v: want x-attempt kept and x-delivery-count dropped", msg.Headers)
+	}
+	if d.Headers["x-delivery-count"] != int64(19) {
+		t.Error("Republishing changed the delivery's own headers")
+	}
+}

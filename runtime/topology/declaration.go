@@ -2,7 +2,7 @@ package topology
 
 // Declaration is one broker queue as queuey declares it: its name, its
 // durability and its arguments. Every queuey queue is otherwise the same:
-// not exclusive, not auto-delete, classic.
+// not exclusive, not auto-delete; classic unless its arguments say quorum.
 type Declaration struct {
 	Name    string
 	Durable bool
@@ -14,7 +14,7 @@ type Declaration struct {
 func QueueDeclarations(prefix string, q Queue) (work, dead Declaration) {
 	name := WorkName(prefix, q.Name)
 	return Declaration{Name: name, Durable: q.Durable, Args: WorkArgs(q)},
-		Declaration{Name: DeadName(name), Durable: DeadDurable, Args: DeadArgs()}
+		Declaration{Name: DeadName(name), Durable: DeadDurable, Args: DeadArgs(q.Type)}
 }
 
 // Declarations lists the queues set declares: for every queue of the set, in

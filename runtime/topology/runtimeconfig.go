@@ -40,6 +40,10 @@ type RuntimeQueue struct {
 	// MessageTTLMs is x-message-ttl in milliseconds; 0 means none.
 	MessageTTLMs int64 `json:"message_ttl_ms"`
 	Durable      bool  `json:"durable"`
+	// QueueType is QuorumQueueType for a quorum queue, left out for a
+	// classic one, so that a classic set's config reads as it did before
+	// queue types.
+	QueueType string `json:"queue_type,omitempty"`
 }
 
 // NewRuntimeConfig is the runtime config of s in vhost.
@@ -48,6 +52,9 @@ func NewRuntimeConfig(vhost string, s Set) RuntimeConfig {
 	for i, q := range s.Queues {
 		work := WorkName(s.Prefix, q.Name)
 		c.Queues[i] = RuntimeQueue{Name: q.Name, WorkQueue: work, DeadQueue: DeadName(work), MaxPriority: q.MaxPriority, MessageTTLMs: q.MessageTTL.Milliseconds(), Durable: q.Durable}
+		if q.Quorum() {
+			c.Queues[i].QueueType = QuorumQueueType
+		}
 	}
 	return c
 }
@@ -57,6 +64,9 @@ func (c RuntimeConfig) Set() Set {
 	s := Set{Prefix: c.Prefix, Queues: make([]Queue, len(c.Queues))}
 	for i, q := range c.Queues {
 		s.Queues[i] = Queue{Name: q.Name, MaxPriority: q.MaxPriority, MessageTTL: time.Duration(q.MessageTTLMs) * time.Millisecond, Durable: q.Durable}
+		if q.QueueType != DefaultQueueType {
+			s.Queues[i].Type = q.QueueType
+		}
 	}
 	return s
 }

@@ -34,14 +34,59 @@ const (
 	// ArgDeadLetterRoutingKey is the routing key expired messages are
 	// republished with.
 	ArgDeadLetterRoutingKey = "x-dead-letter-routing-key"
-	// ArgQueueType is a queue's type. queuey never sends it: every queue it
-	// declares is classic, the default. RabbitMQ 4 reports it among the
-	// arguments of every classic queue, declared with it or not.
+	// ArgQueueType is a queue's type. queuey sends it for quorum queues
+	// only: a classic queue, the default, is declared without it. RabbitMQ
+	// 4 reports it among the arguments of every classic queue, declared
+	// with it or not.
 	ArgQueueType = "x-queue-type"
+	// ArgDeliveryLimit is how often a quorum queue delivers a message
+	// before it drops it: a delivery carrying HeaderDeliveryCount equal to
+	// the limit is its last.
+	ArgDeliveryLimit = "x-delivery-limit"
 )
 
-// DefaultQueueType is the type of a queue declared without ArgQueueType.
-const DefaultQueueType = "classic"
+// Queue types.
+const (
+	// DefaultQueueType is the type of a queue declared without
+	// ArgQueueType: a classic queue, which lives on one node of a cluster.
+	DefaultQueueType = "classic"
+	// QuorumQueueType is a replicated queue: a majority of the cluster's
+	// nodes hold each message, so it survives the loss of a minority. It
+	// must be durable and takes no x-max-priority (RabbitMQ refuses it on
+	// every version); RabbitMQ 4.0 and later give it two priority levels,
+	// normal (0 to 4) and high (5 and above), without an argument, and 3.x
+	// delivers in order whatever the priority.
+	QuorumQueueType = "quorum"
+)
+
+// Delivery limits of quorum queues, explicit so that RabbitMQ 3.x (no
+// default limit) and 4.x (a default of 20) behave alike.
+const (
+	// WorkDeliveryLimit is a quorum work queue's ArgDeliveryLimit.
+	// Workers never let it be reached: a delivery whose
+	// HeaderDeliveryCount is WorkDeliveryLimit-1 or more is dead-lettered
+	// through the dead-letter queue, with queuey's headers, unrun
+	// (LastDeliveries), since the broker would drop it after the next
+	// return, having no dead-letter route.
+	WorkDeliveryLimit = 20
+	// UnlimitedDeliveries is the ArgDeliveryLimit of quorum dead-letter
+	// and migration queues: reading dead letters gives each back with a
+	// requeue, which counts as a delivery. It is the largest limit both
+	// 3.x and 4.x take (-1 disables the limit on 4.x, but 3.x reads it as
+	// "drop after the first return": measured on 3.10.8).
+	UnlimitedDeliveries = 2147483647
+)
+
+// LastDeliveries reports whether a delivery of a quorum work queue that
+// carries HeaderDeliveryCount count is among the last the broker makes
+// before it drops the message: the worker must settle it without running
+// it, by dead-lettering it, keeping one return to spare in case that
+// fails.
+func LastDeliveries(count int64) bool { return count >= WorkDeliveryLimit-1 }
+
+// HeaderDeliveryCount is the header in which a quorum queue tells how often
+// it delivered a message before (returns, requeues, lost consumers).
+const HeaderDeliveryCount = "x-delivery-count"
 
 // Message headers queuey sets.
 const (
@@ -122,7 +167,39 @@ type Queue struct {
 	// Durable says whether the work and hold queues survive a broker
 	// restart. The dead-letter queue is durable whatever this says.
 	Durable bool
+	// Type is the type of the work, dead-letter and migration queues:
+	// DefaultQueueType ("" is the same) or QuorumQueueType. Hold and divert
+	// queues are classic whatever it says: a quorum queue's x-expires is
+	// not renewed by a redeclare.
+	Type string
 }
+
+// Quorum reports whether q's queues are quorum queues.
+func (q Queue) Quorum() bool { return q.Type == QuorumQueueType }
+
+// QueueType is q's type spelled out: DefaultQueueType for "".
+func (q Queue) QueueType() string {
+	if q.Type == "" {
+		return DefaultQueueType
+	}
+	return q.Type
+}
+
+// DeferPriority is the AMQP priority a deferred job of q is published with,
+// so that it goes ahead of the backlog: q's max priority on a classic
+// queue, and on a quorum queue 5, the lowest of RabbitMQ 4's high priority
+// (served two for one normal delivery, so ahead but not strictly first);
+// 3.x quorum queues ignore it and deliver in order.
+func DeferPriority(q Queue) uint8 {
+	if q.Quorum() {
+		return QuorumHighPriority
+	}
+	return uint8(q.MaxPriority)
+}
+
+// QuorumHighPriority is the lowest priority a RabbitMQ 4 quorum queue
+// delivers as high.
+const QuorumHighPriority = 5
 
 // Set is a prefix and the logical queues under it.
 type Set struct {
@@ -141,10 +218,22 @@ func DeadName(work string) string { return work + DeadSuffix }
 // that died halfway finds it and finishes the move.
 func MigrationName(work string) string { return work + MigrationSuffix }
 
-// MigrationArgs are the arguments of a migration queue: none. It is a plain
-// durable classic queue, so that it accepts messages of any priority and
-// keeps them across a broker restart.
-func MigrationArgs() map[string]any { return map[string]any{} }
+// MigrationArgs are the arguments of the migration queue of a work queue of
+// type queueType: none for a classic queue, so that it is a plain durable
+// classic queue that accepts messages of any priority and keeps them across
+// a broker restart; a quorum queue with UnlimitedDeliveries for a quorum
+// one, so that the messages of a replicated queue stay replicated while
+// they move.
+func MigrationArgs(queueType string) map[string]any { return typeArgs(queueType) }
+
+// typeArgs are the arguments of a queue of queueType that holds messages
+// nobody handles (dead letters, migrating jobs): none for a classic queue.
+func typeArgs(queueType string) map[string]any {
+	if queueType != QuorumQueueType {
+		return map[string]any{}
+	}
+	return map[string]any{ArgQueueType: QuorumQueueType, ArgDeliveryLimit: int64(UnlimitedDeliveries)}
+}
 
 // DivertName is the name of work's divert queue: a marker that holds nothing
 // (DivertArgs). While it exists, queuey producers publish what they would
@@ -198,6 +287,10 @@ func ParseHoldName(name string) (work string, ttlMs int64, ok bool) {
 // treats integer widths alike, but a string "10" is a different argument.
 func WorkArgs(q Queue) map[string]any {
 	args := map[string]any{}
+	if q.Quorum() {
+		args[ArgQueueType] = QuorumQueueType
+		args[ArgDeliveryLimit] = int64(WorkDeliveryLimit)
+	}
 	if q.MaxPriority > 0 {
 		args[ArgMaxPriority] = int64(q.MaxPriority)
 	}
@@ -225,8 +318,11 @@ func WithoutDefaults(args map[string]any) map[string]any {
 	return out
 }
 
-// DeadArgs are the arguments of every dead-letter queue: none.
-func DeadArgs() map[string]any { return map[string]any{} }
+// DeadArgs are the arguments of the dead-letter queue of a work queue of
+// type queueType: none for a classic queue; for a quorum queue, its type
+// and UnlimitedDeliveries, since every read of the dead letters returns
+// them with a requeue, which a quorum queue counts as a delivery.
+func DeadArgs(queueType string) map[string]any { return typeArgs(queueType) }
 
 // DeadDurable is the durability of every dead-letter queue: a dead letter
 // lost on a broker restart is one nobody will ever know about.

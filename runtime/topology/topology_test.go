@@ -183,15 +183,15 @@ func TestWorkArgsFreshMap(t *testing.T) {
 	a["x-extra"] = "mutated"
 	checkArgs(t, topology.WorkArgs(q), map[string]any{"x-max-priority": int64(10)})
 
-	d := topology.DeadArgs()
+	d := topology.DeadArgs("")
 	d["x-extra"] = "mutated"
-	checkArgs(t, topology.DeadArgs(), map[string]any{})
+	checkArgs(t, topology.DeadArgs(""), map[string]any{})
 }
 
 func TestDeadArgs(t *testing.T) {
 	t.Parallel()
 
-	checkArgs(t, topology.DeadArgs(), map[string]any{})
+	checkArgs(t, topology.DeadArgs(""), map[string]any{})
 }
 
 func TestHoldArgs(t *testing.T) {

@@ -57,6 +57,7 @@ func (e *NameError) Is(target error) bool {
 const (
 	ArgumentMaxPriority = "max priority"
 	ArgumentMessageTTL  = "message TTL"
+	ArgumentQueueType   = "queue type"
 )
 
 // ArgumentError says which argument of a logical queue is out of range, and
@@ -65,10 +66,11 @@ const (
 type ArgumentError struct {
 	// Queue is the logical queue.
 	Queue string
-	// Argument is ArgumentMaxPriority or ArgumentMessageTTL.
+	// Argument is ArgumentMaxPriority, ArgumentMessageTTL or
+	// ArgumentQueueType.
 	Argument string
 	// Value is the refused value: an int64 for the max priority, a
-	// time.Duration for the message TTL.
+	// time.Duration for the message TTL, a string for the queue type.
 	Value any
 	// Reason is the value and what is wrong with it.
 	Reason string
@@ -115,6 +117,9 @@ func ValidateQueue(q Queue) error {
 	if err := ValidateMaxPriority(q.Name, int64(q.MaxPriority)); err != nil {
 		return err
 	}
+	if err := ValidateQueueType(q.Name, q.Type, int64(q.MaxPriority), q.Durable); err != nil {
+		return err
+	}
 	ttl := func(reason string) error {
 		return &ArgumentError{Queue: q.Name, Argument: ArgumentMessageTTL, Value: q.MessageTTL, Reason: reason}
 	}
@@ -137,6 +142,29 @@ func ValidateMaxPriority(name string, p int64) error {
 	if p < 0 || p > MaxPriorityLimit {
 		return &ArgumentError{Queue: name, Argument: ArgumentMaxPriority, Value: p,
 			Reason: fmt.Sprintf("%d is out of range: use 1 to %d, or 0 for a queue without priorities", p, MaxPriorityLimit)}
+	}
+	return nil
+}
+
+// ValidateQueueType checks the queue type of logical queue name against its
+// max priority and durability, which a quorum queue restricts.
+func ValidateQueueType(name, queueType string, maxPriority int64, durable bool) error {
+	switch queueType {
+	case "", DefaultQueueType:
+		return nil
+	case QuorumQueueType:
+	default:
+		return &ArgumentError{Queue: name, Argument: ArgumentQueueType, Value: queueType,
+			Reason: fmt.Sprintf("%q is not a queue type queuey declares: use %q (the default) or %q", queueType, DefaultQueueType, QuorumQueueType)}
+	}
+	if maxPriority > 0 {
+		return &ArgumentError{Queue: name, Argument: ArgumentMaxPriority, Value: maxPriority,
+			Reason: fmt.Sprintf("%d is refused on a quorum queue: RabbitMQ refuses x-max-priority on quorum queues; "+
+				"RabbitMQ 4.0 and later give them two priority levels without it, and 3.x none. Leave the max priority unset (or 0) for a quorum queue, or make it classic", maxPriority)}
+	}
+	if !durable {
+		return &ArgumentError{Queue: name, Argument: ArgumentQueueType, Value: queueType,
+			Reason: "quorum needs a durable queue: quorum queues are always durable; make the queue durable, or classic"}
 	}
 	return nil
 }

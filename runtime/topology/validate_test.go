@@ -452,8 +452,8 @@ func TestValidateMigrationQueueCollision(t *testing.T) {
 	if got := topology.MigrationName("p.x"); got != "p.x.migrating" {
 		t.Fatalf("MigrationName(p.x) = %q", got)
 	}
-	if args := topology.MigrationArgs(); len(args) != 0 {
-		t.Fatalf("MigrationArgs() = %v, want none", args)
+	if args := topology.MigrationArgs(""); len(args) != 0 {
+		t.Fatalf("MigrationArgs(\"\") = %v, want none", args)
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"fmt"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/queuey/terraform-provider-queuey/runtime/topology"
 )
 
 // channel opens a channel for one operation. A refused declaration or
@@ -87,6 +89,44 @@ func (m *migration) declare(name string, durable bool, args map[string]any) erro
 	return nil
 }
 
+// declareTemp declares the temporary queue, a quorum queue when q's target
+// is one (topology.MigrationArgs). One that exists with the other type, left
+// by a migration that died on its way to another target, is used as it is:
+// it only has to hold the messages until they move back.
+func (m *migration) declareTemp() error {
+	_, err := m.tempQueueType()
+	return err
+}
+
+// tempQueueType declares the temporary queue, if it does not exist, and
+// finds out its type: that of q's target, or else the other one, left by a
+// migration that died on its way to another target. A declaration with
+// the same arguments as the existing queue's changes nothing.
+func (m *migration) tempQueueType() (string, error) {
+	if m.tempKnown {
+		return m.tempType, nil
+	}
+	target := queueTypeOf(m.args)
+	other := topology.QuorumQueueType
+	if target == other {
+		other = ""
+	}
+	var errs []error
+	for _, t := range []string{target, other} {
+		err := m.declare(m.temp, true, topology.MigrationArgs(t))
+		if err == nil {
+			m.tempType, m.tempKnown = t, true
+			return t, nil
+		}
+		var ae *amqp.Error
+		if !errors.As(err, &ae) || ae.Code != amqp.PreconditionFailed {
+			return "", err
+		}
+		errs = append(errs, err)
+	}
+	return "", fmt.Errorf("the temporary queue %q exists with arguments queuey does not give it; move its messages and delete it: %w", m.temp, errors.Join(errs...))
+}
+
 // declareTarget declares q with the target arguments. It reports false,
 // without an error, when q exists with other arguments.
 func (m *migration) declareTarget() (bool, error) {
@@ -101,8 +141,21 @@ func (m *migration) declareTarget() (bool, error) {
 	return false, err
 }
 
-// delete deletes name if it is empty.
+// delete deletes name, q or the temporary queue, if it is empty: with an
+// if-empty delete for a classic queue, with deleteQuorum for a quorum one,
+// which moves what reached it meanwhile into the other of the two.
 func (m *migration) delete(name string) error {
+	typ, rescue := m.qType, m.temp
+	if name == m.temp {
+		t, err := m.tempQueueType()
+		if err != nil {
+			return err
+		}
+		typ, rescue = t, m.queue
+	}
+	if typ == topology.QuorumQueueType {
+		return m.deleteQuorum(name, rescue)
+	}
 	_, err := m.deleteQueue(name, true)
 	return err
 }
@@ -117,8 +170,9 @@ func (m *migration) deleteQueue(name string, ifEmpty bool) (int, error) {
 	return n, err
 }
 
-// isNotEmpty reports whether err is the broker refusing an if-empty delete.
+// isNotEmpty reports whether err is the broker refusing an if-empty delete,
+// or deleteQuorum finding the queue not empty.
 func isNotEmpty(err error) bool {
 	var ae *amqp.Error
-	return errors.As(err, &ae) && ae.Code == amqp.PreconditionFailed
+	return errors.As(err, &ae) && ae.Code == amqp.PreconditionFailed || errors.Is(err, errQuorumNotEmpty)
 }

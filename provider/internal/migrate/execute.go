@@ -81,7 +81,7 @@ func (m *migration) do(s Step) (next, error) {
 		_, err := m.declareTarget()
 		return proceed, err
 	case StepDeclareTemp:
-		return proceed, m.declare(m.temp, true, topology.MigrationArgs())
+		return proceed, m.declareTemp()
 	case StepDivert:
 		return proceed, m.divertProducers()
 	case StepMoveAside:
@@ -179,8 +179,11 @@ func (m *migration) redeclare() (next, error) {
 	}
 	m.res.Absent += time.Since(m.deletedAt)
 	if matches {
+		m.qType = queueTypeOf(m.args)
 		return proceed, nil
 	}
+	// Declared again with its old arguments, of the type it started with.
+	m.qType = m.opts.QueueType
 	m.deletedAt = time.Time{}
 	m.res.Redeclared++
 	if m.replaceRounds >= m.opts.MaxRounds {

@@ -122,11 +122,19 @@ type Options struct {
 	// Defaults to divert.Grace; shorter is safe only when no queuey
 	// producer publishes to q during the migration.
 	Grace time.Duration
+	// QueueType is the type q has when the migration starts:
+	// topology.QuorumQueueType, or "" for a classic queue (or for a q that
+	// does not exist). RabbitMQ refuses an if-empty delete of a quorum
+	// queue, so the migration deletes one another way (deleteQuorum).
+	QueueType string
 
 	// beforeAck, for tests, runs in a move after a batch is confirmed and
 	// before its originals are acknowledged; an error stops the move there,
 	// as a crash would.
 	beforeAck func(from string, batch int) error
+	// beforeQuorumDelete, for tests, runs in deleteQuorum between the
+	// check that the queue is empty and its deletion.
+	beforeQuorumDelete func(queue string) error
 }
 
 func (o *Options) resolved() Options {
@@ -202,6 +210,10 @@ type Result struct {
 	// connection's user (unless that user has the impersonator tag), and
 	// one such message would otherwise stop every migration of the queue.
 	UserIDsDropped int
+	// Rescued counts the messages that reached a quorum queue while the
+	// migration deleted it and that it moved on (into the temporary queue
+	// from q, into q from the temporary queue); see deleteQuorum.
+	Rescued int
 	// Took is the whole migration.
 	Took time.Duration
 }
@@ -244,8 +256,9 @@ func Dial(amqpURL, vhost string, cfg *amqp.Config) (*amqp.Connection, error) {
 	return ac, nil
 }
 
-// Migrate makes queue a classic queue declared with args and durable,
-// keeping every message it holds; see the package comment. It is also the
+// Migrate makes queue a queue declared with args and durable (a quorum
+// queue when args say so), keeping every message it holds; see the package
+// comment. It is also the
 // way to resume a migration that died: called again with the same target, it
 // finishes it. Migrate on a queue that already has the target arguments and
 // no temporary queue does nothing (StateDone).
@@ -256,7 +269,7 @@ func Dial(amqpURL, vhost string, cfg *amqp.Config) (*amqp.Connection, error) {
 func Migrate(ctx context.Context, ac *amqp.Connection, queue string, args map[string]any, durable bool, opts *Options) (Result, error) {
 	o := opts.resolved()
 	start := time.Now()
-	m := &migration{ctx: ctx, ac: ac, user: userOf(ac), queue: queue, temp: topology.MigrationName(queue), divert: topology.DivertName(queue), args: args, durable: durable, opts: o, start: start}
+	m := &migration{ctx: ctx, ac: ac, user: userOf(ac), queue: queue, temp: topology.MigrationName(queue), divert: topology.DivertName(queue), args: args, durable: durable, opts: o, start: start, qType: o.QueueType}
 	m.res.Queue, m.res.Temp = m.queue, m.temp
 	err := m.run()
 	m.close()
@@ -298,8 +311,13 @@ type migration struct {
 	args    map[string]any
 	durable bool
 	opts    Options
-	res     Result
-	ctl     *amqp.Channel // see control
+	// qType and tempType are the types of q and of the temporary queue as
+	// they exist now ("" for classic), which decide how they are deleted;
+	// tempKnown says whether tempType was found out yet.
+	qType, tempType string
+	tempKnown       bool
+	res             Result
+	ctl             *amqp.Channel // see control
 	// start is when Migrate was called.
 	start time.Time
 
