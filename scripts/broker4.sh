@@ -147,6 +147,14 @@ start() {
 	done
 	write_config
 	log "starting $NODE (amqp $PORT, http $MGMT_PORT)"
+	# The node outlives this script: it must not keep open what the
+	# caller had open, such as the lock of `flock FILE go test ...`, which
+	# it would then hold for as long as it runs.
+	local fd
+	for fd in /proc/$$/fd/*; do
+		fd=${fd##*/}
+		[ "$fd" -gt 2 ] 2>/dev/null && eval "exec $fd>&-"
+	done
 	in_root \
 		RABBITMQ_NODENAME="$NODE" \
 		RABBITMQ_NODE_PORT="$PORT" \
