@@ -11,7 +11,7 @@
 #   scripts/cluster.sh kill N          # kill -9 node N's Erlang VM
 #   scripts/cluster.sh restart N       # start node N again; it rejoins with its data
 #   scripts/cluster.sh status          # the members and which of them run (exit 0 when all three do)
-#   scripts/cluster.sh env             # QUEUEY_CLUSTER_AMQP_URLS and QUEUEY_CLUSTER_ENDPOINTS
+#   scripts/cluster.sh env             # QUEUEY_CLUSTER_AMQP_URL (one URL, the three hosts), QUEUEY_CLUSTER_AMQP_URLS and QUEUEY_CLUSTER_ENDPOINTS
 #   scripts/cluster.sh reset           # stop every node and delete the cluster's data
 #
 # Node N: name queuey-cN@localhost, amqp 127.0.0.1:569N, management
@@ -105,6 +105,7 @@ status)
 	[ "$up" -eq 3 ]
 	;;
 env)
+	echo "QUEUEY_CLUSTER_AMQP_URL=amqp://guest:guest@127.0.0.1:5691,127.0.0.1:5692,127.0.0.1:5693/"
 	echo "QUEUEY_CLUSTER_AMQP_URLS=amqp://guest:guest@127.0.0.1:5691/,amqp://guest:guest@127.0.0.1:5692/,amqp://guest:guest@127.0.0.1:5693/"
 	echo "QUEUEY_CLUSTER_ENDPOINTS=http://127.0.0.1:15691,http://127.0.0.1:15692,http://127.0.0.1:15693"
 	;;

@@ -10,7 +10,9 @@
 # acceptance tests run again with the oldest Terraform queuey supports and
 # with OpenTofu (scripts/terraform.sh builds them once into ~/.cache/queuey).
 # The fault suite runs on 3.10 alone: it breaks a node of its own made from
-# the host's package (scripts/fault-broker.sh).
+# the host's package (scripts/fault-broker.sh). The cluster tests run in the
+# first pass, against a three-node 4.0.5 cluster (scripts/cluster.sh) whose
+# nodes they stop and restart.
 #
 # It starts what the tests need first, so a missing broker is a failure here,
 # never a skipped test.
@@ -23,6 +25,9 @@ bash scripts/broker.sh
 # queues as 4.3 does by default, for the tests of that refusal.
 bash scripts/broker4.sh start
 bash scripts/broker4.sh start strict
+# A three-node 4.0.5 cluster, for the tests that stop its nodes (they take
+# /tmp/queuey-cluster.lock themselves).
+bash scripts/cluster.sh start
 TF_ACC_TERRAFORM_PATH=$(bash scripts/terraform.sh)
 export TF_ACC_TERRAFORM_PATH TF_ACC=1
 oldest=$(bash scripts/terraform.sh oldest)
@@ -34,6 +39,9 @@ export QUEUEY_PASSWORD="${QUEUEY_PASSWORD:-guest}"
 # Where scripts/broker4.sh's nodes are (`scripts/broker4.sh env [strict]`).
 rmq4=(amqp://guest:guest@127.0.0.1:5680/ http://127.0.0.1:15680)
 export QUEUEY_STRICT_AMQP_URL=amqp://guest:guest@127.0.0.1:5681/ QUEUEY_STRICT_ENDPOINT=http://127.0.0.1:15681
+# Where the cluster is (QUEUEY_CLUSTER_*, not exported): the "every
+# package" pass alone is given it, so that its cluster tests run once.
+eval "$(bash scripts/cluster.sh env)"
 # A CLI configuration file that does not exist only makes Terraform warn.
 if [ -n "${TF_CLI_CONFIG_FILE:-}" ] && [ ! -e "$TF_CLI_CONFIG_FILE" ]; then
 	unset TF_CLI_CONFIG_FILE
@@ -75,7 +83,8 @@ gotest() {
 {
 	rc=0
 	rmq3=("$AMQP_URL" "$QUEUEY_ENDPOINT")
-	gotest "$TF_ACC_TERRAFORM_PATH" "${rmq3[@]}" "every package" -tags integration,faults -timeout 40m ./... || rc=1
+	QUEUEY_CLUSTER_AMQP_URL=$QUEUEY_CLUSTER_AMQP_URL QUEUEY_CLUSTER_ENDPOINTS=$QUEUEY_CLUSTER_ENDPOINTS \
+		gotest "$TF_ACC_TERRAFORM_PATH" "${rmq3[@]}" "every package" -tags integration,faults -timeout 40m ./... || rc=1
 	gotest "$TF_ACC_TERRAFORM_PATH" "${rmq4[@]}" "integration, acceptance, migration and demo tests" \
 		-tags integration -timeout 40m ./runtime/... ./provider/... ./examples/... || rc=1
 	gotest "$oldest" "${rmq3[@]}" "acceptance tests" -run '^TestAcc' -timeout 20m ./provider/ || rc=1
