@@ -19,15 +19,28 @@ import (
 //
 // A queue that exists with other arguments fails the declaration with a
 // *PreconditionError; RabbitMQ closes the channel then, which is why the
-// channel is not shared with anything.
-func declareSet(ac *amqp.Connection, set QueueSet) error {
+// channel is not shared with anything. A queue whose node is down is logged
+// and left (nodeDownLogged).
+func declareSet(ac *amqp.Connection, set QueueSet, logger *slog.Logger) error {
 	ch, err := ac.Channel()
 	if err != nil {
 		return fmt.Errorf("queuey: open a channel to declare queue set %q: %w", set.Prefix, err)
 	}
 	defer func() { _ = ch.Close() }()
 	for _, d := range setDeclarations(set) {
-		if err := declareQueue(ch, d.Name, d.Durable, d.Args); err != nil {
+		err := declareQueue(ch, d.Name, d.Durable, d.Args)
+		if nodeDownReason(err) != "" {
+			// The broker closed the channel; the queue exists on a
+			// node that is down (see nodeDownLogged).
+			if logger != nil {
+				nodeDownLogged(logger, d.Name, err)
+			}
+			if ch, err = ac.Channel(); err != nil {
+				return fmt.Errorf("queuey: open a channel to declare queue set %q: %w", set.Prefix, err)
+			}
+			continue
+		}
+		if err != nil {
 			return withVersion(ac, err)
 		}
 	}
@@ -46,7 +59,7 @@ func declareOnConnect(set QueueSet, logger *slog.Logger) func(*amqp.Connection) 
 	connected := false
 	return func(ac *amqp.Connection) error {
 		if !connected {
-			if err := declareSet(ac, set); err != nil {
+			if err := declareSet(ac, set, logger); err != nil {
 				return err
 			}
 			connected = true
@@ -95,11 +108,28 @@ func redeclareSet(ac *amqp.Connection, set QueueSet, logger *slog.Logger) error 
 			logger.Warn("queuey: queue exists with other arguments than this process declares, as after a migration; using it as it is", "queue", d.Name, "error", err)
 			continue
 		}
+		if nodeDownLogged(logger, d.Name, err) {
+			continue
+		}
 		if err != nil {
 			return withVersion(ac, err)
 		}
 	}
 	return nil
+}
+
+// nodeDownLogged logs a declaration of queue that failed because the
+// queue's node is down, and reports whether it was one: the queue exists
+// (RabbitMQ cannot declare it elsewhere meanwhile) and comes back with its
+// node, and failing the connection for it would stop every other queue of
+// the set too, reconnecting forever.
+func nodeDownLogged(logger *slog.Logger, queue string, err error) bool {
+	reason := nodeDownReason(err)
+	if reason == "" {
+		return false
+	}
+	logger.Warn("queuey: the queue's node is down, so it was not declared; a classic queue lives on one node, and its jobs wait there until the node is back (a quorum queue would have stayed up); publishes to it wait for the node", "queue", queue, "reason", reason)
+	return true
 }
 
 // queueExists reports whether queue exists, by a passive declaration on a

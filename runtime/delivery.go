@@ -76,6 +76,8 @@ type delivery struct {
 	// maybe is the error of the latest try that may have enqueued the job
 	// all the same (a channel closed before the confirm, a late confirm).
 	maybe error
+	// nodeDown counts the nacks in a row of a queue whose node is down.
+	nodeDown int
 }
 
 // target names where d went, for errors: the queue asked for, and the
@@ -265,7 +267,10 @@ func (p *Producer) publishGroup(ctx context.Context, c confirmer, group []*deliv
 //	                              after d's probe (divert.Late) have been enqueued"
 //	acked                         held                         heldAcked: done, or renew (held.go)
 //	acked                         otherwise                    done
-//	nacked                                                     fail: ErrNacked
+//	nacked                        its queue's node is down     wait for it, then send again (not a
+//	                                                           try); fail with ErrNodeDown when the
+//	                                                           context ends first (nodedown.go)
+//	nacked                        otherwise                    fail: ErrNacked
 //	returned                      diverted (rk != key)         send to key now, same channel and try;
 //	                                                           fail if the context has ended
 //	returned                      held                         heldReturned: new round (held.go)
@@ -305,7 +310,7 @@ func (p *Producer) judge(ctx context.Context, d *delivery, f fate) (late bool) {
 		}
 		d.end(nil)
 	case nacked:
-		d.fail(fmt.Errorf("queuey: publish to %s: %w", d.target(), ErrNacked))
+		p.judgeNacked(ctx, d)
 	case returned:
 		p.judgeReturned(ctx, d, fmt.Errorf("queuey: publish to %s: %w: %s (%d): no queue has that name", d.target(), ErrUnroutable, f.ret.ReplyText, f.ret.ReplyCode))
 	case lost:

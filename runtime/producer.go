@@ -140,7 +140,7 @@ func NewProducerFromConnection(ctx context.Context, ac *amqp.Connection, set Que
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	c, err := wrapConn(ac, func(ac *amqp.Connection) error { return declareSet(ac, set) }, o.Logger)
+	c, err := wrapConn(ac, func(ac *amqp.Connection) error { return declareSet(ac, set, o.Logger) }, o.Logger)
 	if err != nil {
 		return nil, err
 	}

@@ -366,7 +366,14 @@ func (p *WorkerPool) consume(q *poolQueue) {
 				return
 			}
 			var ae *amqp.Error
-			if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+			if reason := nodeDownReason(err); reason != "" {
+				// Not absent: its node is down, and declaring it
+				// again could not help.
+				absentSince = time.Time{}
+				if failures == 0 || failures%10 == 0 {
+					p.log.Warn("queuey: the work queue's node is down; a classic queue lives on one node and its jobs wait there until the node is back (a quorum queue would have stayed up); subscribing again until then", "queue", q.work, "reason", reason)
+				}
+			} else if errors.As(err, &ae) && ae.Code == amqp.NotFound {
 				if absentSince.IsZero() {
 					absentSince = time.Now()
 				} else if time.Since(absentSince) >= redeclareAfter && p.redeclareAbsent(q) {
@@ -376,7 +383,7 @@ func (p *WorkerPool) consume(q *poolQueue) {
 			} else {
 				absentSince = time.Time{}
 			}
-			if failures == 0 || failures%10 == 0 {
+			if (failures == 0 || failures%10 == 0) && nodeDownReason(err) == "" {
 				p.log.Warn("queuey: could not subscribe to the work queue; retrying until it exists", "queue", q.work, "error", err)
 			}
 			p.pause(resubscribeBackoff(failures))

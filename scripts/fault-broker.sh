@@ -145,6 +145,13 @@ start() {
 		chown -R rabbitmq:rabbitmq "$DIR"
 	fi
 	log "starting $NODE (amqp $PORT, amqps $TLS_PORT, http $MGMT_PORT, https $MGMT_TLS_PORT)"
+	# As in broker4.sh: the node must not hold what the caller had open
+	# (the lock of a `flock FILE go test ...` run).
+	local fd
+	for fd in /proc/$$/fd/*; do
+		fd=${fd##*/}
+		[ "$fd" -gt 2 ] 2>/dev/null && eval "exec $fd>&-"
+	done
 	as_rabbitmq \
 		RABBITMQ_NODENAME="$NODE" \
 		RABBITMQ_NODE_PORT="$PORT" \
