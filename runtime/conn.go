@@ -40,11 +40,12 @@ import (
 	"maps"
 	"math/rand/v2"
 	"net"
-	"strings"
 	"sync"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/queuey/terraform-provider-queuey/internal/amqphosts"
 )
 
 // Reconnect backoff: the first wait is about reconnectMinBackoff, each failed
@@ -450,35 +451,12 @@ func describeClose(e *amqp.Error) string {
 // per host, with the same user, password, vhost and query: the nodes of a
 // cluster, in the order given. A URL with one host is returned as it is.
 // A host list with an empty entry, or a URL amqp091-go cannot parse, is an
-// error that says which.
+// error that says which. It is amqphosts.Split, which the provider's
+// migrations use too, with the runtime's prefix on its errors.
 func splitHosts(url string) ([]string, error) {
-	scheme, rest, ok := strings.Cut(url, "://")
-	if !ok {
-		return []string{url}, nil // amqp091-go's error says what is wrong
-	}
-	authority, path := rest, ""
-	if i := strings.IndexAny(rest, "/?"); i >= 0 {
-		authority, path = rest[:i], rest[i:]
-	}
-	userinfo, hosts := "", authority
-	if i := strings.LastIndex(authority, "@"); i >= 0 {
-		userinfo, hosts = authority[:i+1], authority[i+1:]
-	}
-	if !strings.Contains(hosts, ",") {
-		return []string{url}, nil
-	}
-	var urls []string
-	for i, h := range strings.Split(hosts, ",") {
-		if h == "" {
-			return nil, fmt.Errorf("queuey: the AMQP URL's host list %q has an empty entry (host %d): write host:port,host:port", hosts, i+1)
-		}
-		u := scheme + "://" + userinfo + h + path
-		if _, err := amqp.ParseURI(u); err != nil {
-			// Not err itself: url.Parse's errors quote the URL, and
-			// with it the password.
-			return nil, fmt.Errorf("queuey: host %d of the AMQP URL's host list does not parse as host or host:port", i+1)
-		}
-		urls = append(urls, u)
+	urls, err := amqphosts.Split(url)
+	if err != nil {
+		return nil, fmt.Errorf("queuey: %w", err)
 	}
 	return urls, nil
 }

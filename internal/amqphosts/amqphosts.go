@@ -4,8 +4,8 @@
 // amqp_url takes too and writes by default when its endpoint lists several
 // management APIs.
 //
-// Split is the runtime's splitHosts (runtime/conn.go) without the "queuey: "
-// prefix of its errors; the runtime may call it instead of its own copy.
+// The runtime's splitHosts (runtime/conn.go) is Split with its own prefix
+// on the errors.
 package amqphosts
 
 import (
