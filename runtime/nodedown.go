@@ -59,6 +59,9 @@ func nodeDownBackoff(n int) time.Duration {
 // its own, whether queue's node is down, and returns RabbitMQ's reply when
 // it is.
 func (p *Producer) queueNodeDown(ctx context.Context, queue string) string {
+	if p.conn == nil {
+		return "" // the delivery loop's unit tests: no broker to ask
+	}
 	ch, err := p.conn.channel(ctx)
 	if err != nil {
 		return ""
