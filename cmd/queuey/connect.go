@@ -23,6 +23,9 @@ type options struct {
 	endpoint, username, password, amqpURL string
 	vhost, prefix, set                    string
 	timeout                               time.Duration
+	// answering is the endpoint of a list (a cluster's nodes) that
+	// answered, once endpointValue has asked.
+	answering string
 }
 
 // envDefault is the first of the environment variables that is set, or def.
@@ -37,7 +40,7 @@ func envDefault(def string, names ...string) string {
 
 func (o *options) register(root *cobra.Command) {
 	f := root.PersistentFlags()
-	f.StringVar(&o.endpoint, "endpoint", "", "management API URL (env QUEUEY_ENDPOINT; default http://127.0.0.1:15672)")
+	f.StringVar(&o.endpoint, "endpoint", "", "management API URL, or the URLs of a cluster's nodes separated by commas, of which the first that answers is used (env QUEUEY_ENDPOINT; default http://127.0.0.1:15672)")
 	f.StringVar(&o.username, "username", "", "management API user (env QUEUEY_USERNAME; default guest)")
 	f.StringVar(&o.password, "password", "", "management API password (env QUEUEY_PASSWORD; default guest)")
 	f.StringVar(&o.amqpURL, "amqp-url", "", "AMQP URL for reading dead letters (env QUEUEY_AMQP_URL; default: the endpoint's host on port 5672, same credentials)")
@@ -52,10 +55,39 @@ func (o *options) register(root *cobra.Command) {
 // never shows what the environment holds.
 
 func (o *options) endpointValue() string {
-	if o.endpoint != "" {
-		return o.endpoint
+	v := o.endpoint
+	if v == "" {
+		v = envDefault("http://127.0.0.1:15672", "QUEUEY_ENDPOINT", "RABBITMQ_ENDPOINT")
 	}
-	return envDefault("http://127.0.0.1:15672", "QUEUEY_ENDPOINT", "RABBITMQ_ENDPOINT")
+	if !strings.Contains(v, ",") {
+		return v
+	}
+	if o.answering == "" {
+		o.answering = o.firstAnswering(strings.Split(v, ","))
+	}
+	return o.answering
+}
+
+// firstAnswering is the first of endpoints, the management APIs of a
+// cluster's nodes as the provider's endpoint lists them, whose overview
+// answers within 5 s; the first of them when none does, so that its error
+// is what the command reports. A command is short: it stays with the node
+// it started on.
+func (o *options) firstAnswering(endpoints []string) string {
+	for i := range endpoints {
+		endpoints[i] = strings.TrimSuffix(strings.TrimSpace(endpoints[i]), "/")
+	}
+	for _, e := range endpoints {
+		c, err := rabbithole.NewClient(e, o.usernameValue(), o.passwordValue())
+		if err != nil {
+			continue
+		}
+		c.SetTimeout(5 * time.Second)
+		if _, err := c.Overview(); err == nil {
+			return e
+		}
+	}
+	return endpoints[0]
 }
 
 func (o *options) usernameValue() string {

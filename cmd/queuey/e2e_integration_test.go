@@ -309,3 +309,20 @@ func TestCLIDeadLetters(t *testing.T) {
 	}
 	statusEventually(t, b, "jobs: nothing consumes the work queue: 2 jobs waiting")
 }
+
+// An endpoint may list a cluster's nodes, as the provider's does: the first
+// that answers is used, here after a node that refuses connections.
+func TestCLIEndpointListSkipsANodeThatIsDown(t *testing.T) {
+	b := brokertest.New(t, "clilist")
+	set := queuey.QueueSet{Prefix: b.Prefix, Queues: []queuey.QueueConfig{{Name: "jobs"}}}
+	p, err := queuey.NewProducer(context.Background(), b.AMQPURL, set, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	env := brokertest.FromEnv()
+	out := cli(t, b, "--endpoint", "http://127.0.0.1:1,"+env.Endpoint, "status", "--prefix", b.Prefix)
+	if !strings.Contains(out, b.Name("jobs")+" ") {
+		t.Errorf("status through the second endpoint lacks %s:\n%s", b.Name("jobs"), out)
+	}
+}
