@@ -32,7 +32,7 @@ func (r *queueSetResource) ModifyPlan(ctx context.Context, req resource.ModifyPl
 		return
 	}
 	queues := map[string]queueModel{}
-	resp.Diagnostics.Append(plan.Queues.ElementsAs(ctx, &queues, false)...)
+	resp.Diagnostics.Append(decodeQueues(ctx, plan.Queues, &queues)...)
 	if resp.Diagnostics.HasError() {
 		return
 	}
@@ -57,7 +57,7 @@ func (r *queueSetResource) ModifyPlan(ctx context.Context, req resource.ModifyPl
 		}
 		queues[name] = withComputed(plan.Prefix.ValueString(), name, q)
 	}
-	m, diags := types.MapValueFrom(ctx, queueObjectType, queues)
+	m, diags := encodeQueues(ctx, queues)
 	resp.Diagnostics.Append(diags...)
 	if resp.Diagnostics.HasError() {
 		return

@@ -57,7 +57,7 @@ func queueModels(ctx context.Context, m types.Map) (map[string]queueModel, diag.
 	if m.IsNull() {
 		return out, nil
 	}
-	diags := m.ElementsAs(ctx, &out, false)
+	diags := decodeQueues(ctx, m, &out)
 	return out, diags
 }
 

@@ -197,7 +197,7 @@ func (r *queueSetResource) Create(ctx context.Context, req resource.CreateReques
 	var plan queueSetModel
 	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
 	queues := map[string]queueModel{}
-	resp.Diagnostics.Append(plan.Queues.ElementsAs(ctx, &queues, false)...)
+	resp.Diagnostics.Append(decodeQueues(ctx, plan.Queues, &queues)...)
 	if resp.Diagnostics.HasError() {
 		return
 	}
@@ -279,7 +279,7 @@ func (r *queueSetResource) Read(ctx context.Context, req resource.ReadRequest, r
 			return
 		}
 	} else {
-		resp.Diagnostics.Append(state.Queues.ElementsAs(ctx, &prior, false)...)
+		resp.Diagnostics.Append(decodeQueues(ctx, state.Queues, &prior)...)
 		if resp.Diagnostics.HasError() {
 			return
 		}
@@ -320,9 +320,9 @@ func (r *queueSetResource) Update(ctx context.Context, req resource.UpdateReques
 	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
 	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
 	after, before := map[string]queueModel{}, map[string]queueModel{}
-	resp.Diagnostics.Append(plan.Queues.ElementsAs(ctx, &after, false)...)
+	resp.Diagnostics.Append(decodeQueues(ctx, plan.Queues, &after)...)
 	if !state.Queues.IsNull() {
-		resp.Diagnostics.Append(state.Queues.ElementsAs(ctx, &before, false)...)
+		resp.Diagnostics.Append(decodeQueues(ctx, state.Queues, &before)...)
 	}
 	if resp.Diagnostics.HasError() {
 		return
@@ -376,7 +376,7 @@ func (r *queueSetResource) Delete(ctx context.Context, req resource.DeleteReques
 	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
 	queues := map[string]queueModel{}
 	if !state.Queues.IsNull() {
-		resp.Diagnostics.Append(state.Queues.ElementsAs(ctx, &queues, false)...)
+		resp.Diagnostics.Append(decodeQueues(ctx, state.Queues, &queues)...)
 	}
 	if resp.Diagnostics.HasError() {
 		return
@@ -443,7 +443,7 @@ func (r *queueSetResource) Configure(_ context.Context, req resource.ConfigureRe
 // writeState records m with queues as its queues map and its id, the one
 // way Create, Read and Update write state.
 func writeState(ctx context.Context, state *tfsdk.State, m queueSetModel, queues map[string]queueModel, diags *diag.Diagnostics) {
-	v, d := types.MapValueFrom(ctx, queueObjectType, queues)
+	v, d := encodeQueues(ctx, queues)
 	diags.Append(d...)
 	m.Queues = v
 	m.ID = types.StringValue(formatID(m.Vhost.ValueString(), m.Prefix.ValueString()))

@@ -35,7 +35,7 @@ func validateSet(ctx context.Context, cfg queueSetModel) diag.Diagnostics {
 		return diags
 	}
 	queues := map[string]queueModel{}
-	diags.Append(cfg.Queues.ElementsAs(ctx, &queues, false)...)
+	diags.Append(decodeQueues(ctx, cfg.Queues, &queues)...)
 	if diags.HasError() {
 		return diags
 	}
