@@ -97,7 +97,7 @@ func (p *Producer) declareHolds(ctx context.Context, send []*delivery) []*delive
 		if h == nil {
 			return true
 		}
-		at, err := p.declareHoldOrNeighbour(ctx, d)
+		at, err := p.declareHeld(ctx, d)
 		if err != nil {
 			if b, blocked := p.conn.block(); blocked && isContextError(err) {
 				// The block began while the declaration ran: the

@@ -66,6 +66,8 @@ func TestIntegrationClusterQueueNodeDown(t *testing.T) {
 	// The hold queue of a 1 s delay of jobs, on node 3 too.
 	declareOn(t, c, 3, topology.HoldName(jobs, 1000), true, amqp.Table(topology.HoldArgs(jobs, 1000)))
 	declareOn(t, c, 1, jobs, true, amqp.Table(topology.WorkArgs(topology.Queue{Durable: true, Type: topology.QuorumQueueType})))
+	// And home3's own hold queue of a 1 s delay, beside it on node 3.
+	declareOn(t, c, 3, topology.HoldName(home3, 1000), true, amqp.Table(topology.HoldArgs(home3, 1000)))
 	if err := c.StopNode(3, false); err != nil {
 		t.Fatal(err)
 	}
@@ -115,29 +117,66 @@ func TestIntegrationClusterQueueNodeDown(t *testing.T) {
 		t.Errorf("neighbour log: %+v, want one naming %s", recs, topology.HoldName(jobs, 1001))
 	}
 
-	// An enqueue to the classic queue on the lost node waits for it.
-	done := make(chan error, 1)
+	// An enqueue to the classic queue on the lost node waits for it; so
+	// does a delayed one whose hold queue is on that node too: a
+	// neighbouring hold queue would release the job into a work queue
+	// that is down, which drops it.
+	done := make(chan error, 2)
 	go func() {
 		_, err := p.Enqueue(ctx, "home3", clJob{}.Kind(), clJob{Seq: 2}, nil)
 		done <- err
 	}()
+	go func() {
+		_, err := p.EnqueueAfter(ctx, "home3", clJob{}.Kind(), clJob{Seq: 4}, time.Second, nil)
+		done <- err
+	}()
 	select {
 	case err := <-done:
-		t.Fatalf("the enqueue returned (%v) while the queue's node was down; want it to wait", err)
+		t.Fatalf("an enqueue returned (%v) while the queue's node was down; want it to wait", err)
 	case <-time.After(3 * time.Second):
 	}
 	stopped := time.Now()
 	if err := c.RestartNode(3); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("the enqueue failed after the node came back: %v", err)
+	for range 2 {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("an enqueue failed after the node came back: %v", err)
+			}
+			t.Logf("an enqueue returned %v after node 3 was back", time.Since(stopped))
+		case <-time.After(30 * time.Second):
+			t.Fatal("an enqueue did not return after the node came back")
 		}
-		t.Logf("the enqueue returned %v after node 3 was back", time.Since(stopped))
-	case <-time.After(30 * time.Second):
-		t.Fatal("the enqueue did not return after the node came back")
+	}
+	if recs := log.find("hold queue and the work queue it releases into are on nodes that are down"); len(recs) != 1 {
+		t.Errorf("hold-queue wait log: %+v, want one", recs)
+	}
+	// Both jobs reach home3: the delayed one a second later, from the
+	// hold queue on node 3.
+	ch := func() int {
+		ac, err := amqp.Dial(nodeURL(c, 1))
+		if err != nil {
+			return -1
+		}
+		defer ac.Close()
+		chn, err := ac.Channel()
+		if err != nil {
+			return -1
+		}
+		q, err := chn.QueueDeclarePassive(home3, true, false, false, false, nil)
+		if err != nil {
+			return -1
+		}
+		return q.Messages
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for ch() != 2 && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+	}
+	if n := ch(); n != 2 {
+		t.Errorf("%s holds %d jobs after the node came back, want the 2 enqueued (one of them delayed)", home3, n)
 	}
 	if recs := log.find("on a node that is down; waiting"); len(recs) != 1 || !strings.Contains(fmt.Sprint(recs[0].attrs["reason"]), "NOT_FOUND") {
 		t.Errorf("node-down log: %+v", recs)
