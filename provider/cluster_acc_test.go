@@ -47,6 +47,8 @@ func getTestCluster(t *testing.T) testCluster {
 	if eps == "" || urls == "" {
 		t.Skip("needs the three-node cluster: run `bash scripts/cluster.sh start`, then `eval \"$(bash scripts/cluster.sh env)\"` to set QUEUEY_CLUSTER_ENDPOINTS and QUEUEY_CLUSTER_AMQP_URLS")
 	}
+	// It stops a node: no other test may meanwhile.
+	brokertest.LockCluster(t)
 	c := testCluster{endpoints: strings.Split(eps, ","), amqpURLs: strings.Split(urls, ",")}
 	if len(c.endpoints) != 3 || len(c.amqpURLs) != 3 {
 		t.Fatalf("QUEUEY_CLUSTER_ENDPOINTS and QUEUEY_CLUSTER_AMQP_URLS list %d and %d nodes, want 3 each", len(c.endpoints), len(c.amqpURLs))

@@ -83,7 +83,7 @@ gotest() {
 {
 	rc=0
 	rmq3=("$AMQP_URL" "$QUEUEY_ENDPOINT")
-	QUEUEY_CLUSTER_AMQP_URL=$QUEUEY_CLUSTER_AMQP_URL QUEUEY_CLUSTER_ENDPOINTS=$QUEUEY_CLUSTER_ENDPOINTS \
+	QUEUEY_CLUSTER_AMQP_URL=$QUEUEY_CLUSTER_AMQP_URL QUEUEY_CLUSTER_AMQP_URLS=$QUEUEY_CLUSTER_AMQP_URLS QUEUEY_CLUSTER_ENDPOINTS=$QUEUEY_CLUSTER_ENDPOINTS \
 		gotest "$TF_ACC_TERRAFORM_PATH" "${rmq3[@]}" "every package" -tags integration,faults -timeout 40m ./... || rc=1
 	gotest "$TF_ACC_TERRAFORM_PATH" "${rmq4[@]}" "integration, acceptance, migration and demo tests" \
 		-tags integration -timeout 40m ./runtime/... ./provider/... ./examples/... || rc=1
