@@ -143,32 +143,36 @@ func giveBack(ch *amqp.Channel, queue string, ready int) error {
 
 // receive collects deliveries until none arrives for quiet.
 func receive(deliveries <-chan amqp.Delivery, quiet time.Duration) []amqp.Delivery {
-	var got []amqp.Delivery
-	for {
-		select {
-		case d, ok := <-deliveries:
-			if !ok {
-				return got
-			}
-			got = append(got, d)
-		case <-time.After(quiet):
-			return got
-		}
-	}
+	return collect(deliveries, quiet, 0)
 }
 
 // drainUntilCancelled collects deliveries until the broker cancels the
 // consumer (its queue was deleted), within bound.
 func drainUntilCancelled(deliveries <-chan amqp.Delivery, bound time.Duration) []amqp.Delivery {
+	return collect(deliveries, 0, bound)
+}
+
+// collect takes deliveries until the channel closes, or none arrives for
+// quiet (0: no such limit), or bound has passed since the call (0: none).
+func collect(deliveries <-chan amqp.Delivery, quiet, bound time.Duration) []amqp.Delivery {
 	var got []amqp.Delivery
-	deadline := time.After(bound)
+	var deadline <-chan time.Time
+	if bound > 0 {
+		deadline = time.After(bound)
+	}
 	for {
+		var idle <-chan time.Time
+		if quiet > 0 {
+			idle = time.After(quiet)
+		}
 		select {
 		case d, ok := <-deliveries:
 			if !ok {
 				return got
 			}
 			got = append(got, d)
+		case <-idle:
+			return got
 		case <-deadline:
 			return got
 		}
