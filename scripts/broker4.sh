@@ -10,6 +10,7 @@
 #   scripts/broker4.sh status [strict]   # exit 0 when the node answers
 #   scripts/broker4.sh env [strict]      # AMQP_URL and QUEUEY_ENDPOINT of the node
 #   scripts/broker4.sh ctl ARGS          # rabbitmqctl against the node (BROKER4_* pick another)
+#   scripts/broker4.sh prepare           # build the root once and mount what it needs, start no node
 #
 # "strict" is a second node on the same root, on 5681/15681/25681, that
 # refuses transient non-exclusive queues as RabbitMQ 4.3 does by default
@@ -204,6 +205,10 @@ stop() {
 
 case "${1:-}" in
 start) start ;;
+prepare)
+	build
+	mount_root "$ROOT"
+	;;
 stop) stop ;;
 status) running ;;
 ctl)
@@ -217,7 +222,7 @@ QUEUEY_ENDPOINT=http://127.0.0.1:$MGMT_PORT
 EOF
 	;;
 *)
-	echo "usage: $0 start|stop|status|env|ctl ARGS..." >&2
+	echo "usage: $0 start|stop|status|env|prepare|ctl ARGS..." >&2
 	exit 2
 	;;
 esac
