@@ -500,6 +500,73 @@ func TestDeliveryBatchGoesInChunks(t *testing.T) {
 	}
 }
 
+// A batch's chunks are in flight together, BatchChunks at once, each on a
+// channel of its own.
+func TestDeliveryBatchChunksInFlightTogether(t *testing.T) {
+	t.Parallel()
+	fc := newFakeConfirmer("p.a")
+	const chunks = 3
+	p := fakeProducer(t, fc, nil, &ProducerOptions{Channels: chunks, BatchChunks: chunks})
+	g := &gatheringConfirmers{want: chunks, all: make(chan struct{}), seen: map[confirmer]bool{}}
+	p.pool = make(chan confirmer, chunks)
+	for range chunks {
+		p.pool <- &gatheringConfirmer{confirmer: fc, g: g}
+	}
+	jobs := make([]BatchJob, 2*chunks*maxChunk)
+	for i := range jobs {
+		jobs[i] = BatchJob{Queue: "a", JobType: "t", Payload: i}
+	}
+	if _, err := p.EnqueueBatch(t.Context(), jobs); err != nil {
+		t.Fatal(err)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.peak != chunks || len(g.seen) != chunks {
+		t.Errorf("at most %d chunks were in flight at once, on %d channels; want %d on %d", g.peak, len(g.seen), chunks, chunks)
+	}
+	if n := len(fc.jobs()); n != len(jobs) {
+		t.Errorf("%d jobs sent, want %d", n, len(jobs))
+	}
+}
+
+// gatheringConfirmers holds each chunk's publish until want of them have
+// been in flight at once (or 200 ms have passed, when they never are), and
+// counts the most that were.
+type gatheringConfirmers struct {
+	mu        sync.Mutex
+	want, now int
+	peak      int
+	all       chan struct{}
+	closed    bool
+	seen      map[confirmer]bool
+}
+
+type gatheringConfirmer struct {
+	confirmer
+	g *gatheringConfirmers
+}
+
+func (c *gatheringConfirmer) publish(ctx context.Context, group []outbound) []fate {
+	g := c.g
+	if len(group) > 1 { // a chunk, not a divert probe
+		g.mu.Lock()
+		g.now++
+		g.peak = max(g.peak, g.now)
+		g.seen[c] = true
+		if g.now == g.want && !g.closed {
+			close(g.all)
+			g.closed = true
+		}
+		g.mu.Unlock()
+		select {
+		case <-g.all:
+		case <-time.After(200 * time.Millisecond):
+		}
+		defer func() { g.mu.Lock(); g.now--; g.mu.Unlock() }()
+	}
+	return c.confirmer.publish(ctx, group)
+}
+
 type countingConfirmer struct {
 	confirmer
 	groups *int

@@ -405,12 +405,15 @@ func (e *BatchError) Unwrap() []error {
 	return errs
 }
 
-// EnqueueBatch enqueues jobs like Enqueue, pipelined: up to 128 at a time go
-// out on one channel, in batch order, before the producer waits for their
-// confirms. Jobs of one queue usually arrive in batch order, but a job sent
-// again (its channel closed before its confirm, it was confirmed too late
-// after a divert probe, its queue was absent for a moment) arrives after
-// the ones sent after it, and jobs diverted during a migration come back
+// EnqueueBatch enqueues jobs like Enqueue, pipelined: the batch goes out in
+// chunks of 128 jobs, each written to one channel before the producer waits
+// for its confirms, with ProducerOptions.BatchChunks chunks (8 by default)
+// in flight at once on channels of their own. The jobs of a chunk arrive in
+// batch order, and the chunks interleave; with BatchChunks 1 the jobs of
+// one queue usually arrive in batch order, but even then a job sent again
+// (its channel closed before its confirm, it was confirmed too late after
+// a divert probe, its queue was absent for a moment) arrives after the
+// ones sent after it, and jobs diverted during a migration come back
 // behind the queue's backlog. It returns one id per job. If a job
 // cannot be encoded, nothing is published. If the broker refuses some jobs,
 // the others are still enqueued and the error is a *BatchError saying which.
@@ -457,9 +460,7 @@ func (p *Producer) publishBatch(ctx context.Context, envs []Envelope, jobs []*Ou
 		return err
 	}
 	defer p.end()
-	for start := 0; start < len(out); start += maxChunk {
-		p.deliver(ctx, out[start:min(start+maxChunk, len(out))])
-	}
+	p.deliverChunks(ctx, out)
 	errs := make([]error, len(envs))
 	failed := false
 	for i, d := range out {
@@ -470,6 +471,30 @@ func (p *Producer) publishBatch(ctx context.Context, envs []Envelope, jobs []*Ou
 		return &BatchError{Errs: errs}
 	}
 	return nil
+}
+
+// deliverChunks delivers out in chunks of maxChunk, up to
+// opts.BatchChunks of them at once: each deliver takes its own turn from
+// the pool, whose turns go round the channels, so chunks in flight
+// together are on distinct channels while there are free ones.
+func (p *Producer) deliverChunks(ctx context.Context, out []*delivery) {
+	if p.opts.BatchChunks <= 1 || len(out) <= maxChunk {
+		for start := 0; start < len(out); start += maxChunk {
+			p.deliver(ctx, out[start:min(start+maxChunk, len(out))])
+		}
+		return
+	}
+	turns := make(chan struct{}, p.opts.BatchChunks)
+	var wg sync.WaitGroup
+	for start := 0; start < len(out); start += maxChunk {
+		turns <- struct{}{}
+		chunk := out[start:min(start+maxChunk, len(out))]
+		wg.Go(func() {
+			defer func() { <-turns }()
+			p.deliver(ctx, chunk)
+		})
+	}
+	wg.Wait()
 }
 
 // ProducerStats are a producer's counters since it was built: the costs of

@@ -613,10 +613,21 @@ func TestIntegrationPublishedJobHasEnvelopeHeadersAndProperties(t *testing.T) {
 	}
 }
 
+// EnqueueBatch with its chunks one after another (batch order) and with
+// the default chunks in flight at once (order within each chunk).
 func TestIntegrationEnqueueBatch(t *testing.T) {
 	t.Parallel()
+	for _, chunks := range []int{1, DefaultBatchChunks} {
+		t.Run(fmt.Sprint("chunks=", chunks), func(t *testing.T) {
+			t.Parallel()
+			testEnqueueBatch(t, chunks)
+		})
+	}
+}
+
+func testEnqueueBatch(t *testing.T, chunks int) {
 	b := newTestBroker(t)
-	p := newTestProducer(t, b, []QueueConfig{{Name: "a"}, {Name: "b"}}, nil)
+	p := newTestProducer(t, b, []QueueConfig{{Name: "a"}, {Name: "b"}}, &ProducerOptions{BatchChunks: chunks})
 	ch := b.channel()
 	ctx := testCtx(t)
 
@@ -674,8 +685,26 @@ func TestIntegrationEnqueueBatch(t *testing.T) {
 		}
 		gotA = append(gotA, d.MessageId)
 	}
-	if !slices.Equal(gotA, wantA) {
-		t.Errorf("queue a: %d jobs, want %d in batch order", len(gotA), len(wantA))
+	if chunks == 1 {
+		if !slices.Equal(gotA, wantA) {
+			t.Errorf("queue a: %d jobs, want %d in batch order", len(gotA), len(wantA))
+		}
+	} else {
+		// Every job, and each chunk's jobs in batch order.
+		chunkOf := map[string]int{}
+		for i, id := range ids {
+			chunkOf[id] = i / maxChunk
+		}
+		byChunk := func(ids []string) map[int][]string {
+			m := map[int][]string{}
+			for _, id := range ids {
+				m[chunkOf[id]] = append(m[chunkOf[id]], id)
+			}
+			return m
+		}
+		if !reflect.DeepEqual(byChunk(gotA), byChunk(wantA)) {
+			t.Errorf("queue a: %d jobs, want %d, each chunk's in batch order", len(gotA), len(wantA))
+		}
 	}
 
 	if ids, err := p.EnqueueBatch(ctx, nil); err != nil || len(ids) != 0 {
