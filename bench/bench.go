@@ -46,6 +46,11 @@ func newBench(ctx context.Context, c config) (*bench, error) {
 		return nil, fmt.Errorf("connect to %s (is RabbitMQ running? try bash scripts/broker.sh): %w", c.amqpURL, err)
 	}
 	b.raw = conn
+	if brokerPID, err = findBroker(conn); err != nil {
+		b.report.brokerCPU = "not measured: " + err.Error()
+	} else {
+		b.report.brokerCPU = fmt.Sprintf("read from /proc/%d/stat, the process at the other end of the raw twins' connection", brokerPID)
+	}
 	rh, err := rabbithole.NewTLSClient(strings.TrimRight(c.mgmtURL, "/"), c.user, c.pass, rawTransport())
 	if err != nil {
 		_ = conn.Close()

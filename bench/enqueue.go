@@ -103,15 +103,19 @@ func concurrently(ctx context.Context, workers, n int, fn func(worker, job int) 
 	return m, nil
 }
 
-// timer measures wall time and the process's CPU time (user + system, all
-// goroutines) over a stretch of work.
+// timer measures wall time, the process's CPU time (user + system, all
+// goroutines), its allocations and the broker's CPU time over a stretch of
+// work.
 type timer struct {
 	wall   time.Time
 	cpu    time.Duration
 	allocs uint64
+	broker time.Duration
 }
 
-func startTimer() timer { return timer{wall: time.Now(), cpu: cpuTime(), allocs: mallocs()} }
+func startTimer() timer {
+	return timer{wall: time.Now(), cpu: cpuTime(), allocs: mallocs(), broker: brokerCPU()}
+}
 
 // mallocs is how many heap objects the process has allocated so far.
 func mallocs() uint64 {
@@ -120,17 +124,22 @@ func mallocs() uint64 {
 	return ms.Mallocs
 }
 
-// stop returns the rate of n jobs per second of wall time, and the CPU
-// microseconds per job.
+// stop returns the rate of n jobs per second of wall time, and per job the
+// CPU microseconds, the allocations and, when the broker was found, the
+// broker's CPU microseconds.
 func (t timer) stop(n int) map[string]float64 {
 	wall := time.Since(t.wall)
 	cpu := cpuTime() - t.cpu
 	allocs := mallocs() - t.allocs
-	return map[string]float64{
+	m := map[string]float64{
 		"rate":   float64(n) / wall.Seconds(),
 		"cpu":    float64(cpu.Microseconds()) / float64(n),
 		"allocs": float64(allocs) / float64(n),
 	}
+	if brokerPID != 0 {
+		m["broker"] = float64((brokerCPU() - t.broker).Microseconds()) / float64(n)
+	}
+	return m
 }
 
 // cpuTime is the CPU time the process has used so far.
@@ -255,14 +264,21 @@ func (b *bench) enqueueSection(ctx context.Context) error {
 	return nil
 }
 
-// batchSection: EnqueueBatch beside a raw window of 256 outstanding
-// confirms on one channel.
+// batchSection: EnqueueBatch beside the raw sweep, and beside itself with
+// its chunks sent one at a time.
 func (b *bench) batchSection(ctx context.Context) error {
 	p, set, err := b.producer(ctx, "batch", queuey.DefaultPublishChannels)
 	if err != nil {
 		return err
 	}
 	defer p.Close()
+	// The same set with the chunks sent one after another, as before
+	// BatchChunks.
+	p1, err := queuey.NewProducer(ctx, b.c.amqpURL, set, &queuey.ProducerOptions{Channels: queuey.DefaultPublishChannels, BatchChunks: 1, Logger: quiet()})
+	if err != nil {
+		return err
+	}
+	defer p1.Close()
 	work := set.WorkQueue("jobs")
 	chs, err := b.confirmChannels(batchChannelSweep[len(batchChannelSweep)-1])
 	if err != nil {
@@ -275,17 +291,22 @@ func (b *bench) batchSection(ctx context.Context) error {
 	for i := range jobs {
 		jobs[i] = queuey.BatchJob{Queue: "jobs", JobType: noopKind, Payload: payload}
 	}
-	vs := []variant{
-		{"queuey EnqueueBatch", func(ctx context.Context) (map[string]float64, error) {
+	batch := func(p *queuey.Producer) func(context.Context) (map[string]float64, error) {
+		return func(ctx context.Context) (map[string]float64, error) {
 			defer b.purge(work)
 			t := startTimer()
 			if _, err := p.EnqueueBatch(ctx, jobs); err != nil {
 				return nil, err
 			}
 			return t.stop(n), nil
-		}},
+		}
+	}
+	vs := []variant{
+		{"queuey EnqueueBatch", batch(p)},
+		{"queuey EnqueueBatch, BatchChunks 1", batch(p1)},
 		{"raw window 256", b.rawSpread(chs[:1], work, msg, n, rawWindow)},
 	}
+	const raws = 2 // vs[raws:] are the raw twins
 	// The sweep: the batch split over k channels, each with a window of w
 	// confirms outstanding, from a goroutine of its own.
 	for _, k := range batchChannelSweep {
@@ -301,20 +322,26 @@ func (b *bench) batchSection(ctx context.Context) error {
 		return err
 	}
 	best := "raw window 256"
-	for _, v := range vs[1:] {
+	for _, v := range vs[raws:] {
 		if median(s[v.name]["rate"]) > median(s[best]["rate"]) {
 			best = v.name
 		}
 	}
-	for _, v := range vs[1:] {
+	for _, v := range vs[raws:] {
 		b.report.notes = append(b.report.notes, fmt.Sprintf("batch sweep: %s, median %.0f jobs/s", v.name, median(s[v.name]["rate"])))
 	}
 	b.report.add(s, "batch", fmt.Sprintf("EnqueueBatch of %d jobs, beside the best of the raw sweep (%s)", n, best), "jobs/s",
 		"queuey EnqueueBatch", "rate", best, "rate", "amqp091-go, the best of 1, 2, 4, 8 channels × 64, 256, 1024 outstanding", true, 0.9)
+	b.report.add(s, "batch", fmt.Sprintf("EnqueueBatch of %d jobs, %d chunks in flight (the default) beside 1 at a time", n, queuey.DefaultBatchChunks), "jobs/s",
+		"queuey EnqueueBatch", "rate", "queuey EnqueueBatch, BatchChunks 1", "rate", "queuey, BatchChunks 1 (the chunks one after another, as before)", true, 0)
 	b.report.add(s, "batch", fmt.Sprintf("EnqueueBatch of %d jobs, pipelined confirms", n), "jobs/s",
 		"queuey EnqueueBatch", "rate", "raw window 256", "rate", "amqp091-go, 256 confirms outstanding, 1 channel", true, 0.8)
 	b.report.add(s, "batch", "CPU of this process per job (all goroutines)", "µs/job",
 		"queuey EnqueueBatch", "cpu", "raw window 256", "cpu", "amqp091-go, 256 confirms outstanding, 1 channel", false, 0)
+	if brokerPID != 0 {
+		b.report.add(s, "batch", "CPU of the broker per job (its limit: the broker on this machine)", "µs/job",
+			"queuey EnqueueBatch", "broker", best, "broker", "the best of the raw sweep", false, 0)
+	}
 	b.report.add(s, "batch", "heap allocations of this process per job", "allocs/job",
 		"queuey EnqueueBatch", "allocs", "raw window 256", "allocs", "amqp091-go, 256 confirms outstanding, 1 channel", false, 0)
 	return nil

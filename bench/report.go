@@ -38,6 +38,7 @@ type report struct {
 	notes      []string
 	failures   []string
 	broker     string
+	brokerCPU  string // how the broker's CPU time is measured, or why not
 	terraform  string
 	start      time.Time
 	took       time.Duration
@@ -147,6 +148,7 @@ func (rep *report) markdown(c config) string {
 	w("- tree: %s\n", gitState())
 	w("- machine: %s\n", machine())
 	w("- broker: %s; %s; %s\n", rep.broker, runtime.Version(), rep.terraform)
+	w("- broker's CPU time: %s\n", rep.brokerCPU)
 	w("- load average (1, 5, 15 min) before: %s; after: %s\n", rep.loadBefore, rep.loadAfter)
 	w("- runs: %d per runtime figure, %d per provider figure; each figure is the median; variants rotate order every run\n", c.runs, c.providerRuns)
 	w("- sizes: enqueue %d jobs, batch %d, delayed %d, worker %d, lateness %d jobs %s apart, queue set %d queues (%d broker queues)\n",
