@@ -187,18 +187,47 @@ wait_ready() {
 	exit 1
 }
 
+# node_pid is the pid of this node's Erlang VM when it runs: the one in its
+# pid file, if that process runs inside the root (a stale file's pid may
+# have been reused by something else).
+node_pid() {
+	local pid
+	pid=$(cat "$ROOT$DATA/node.pid" 2>/dev/null || true)
+	[ -n "$pid" ] && [ "$(readlink "/proc/$pid/root" 2>/dev/null)" = "$ROOT" ] && echo "$pid"
+	return 0
+}
+
+# stop stops the node and returns only once its VM has gone: a clean
+# rabbitmqctl stop first, then SIGTERM (a clean shutdown too), then SIGKILL.
+# It does not ask `running` alone whether there is anything to stop: when
+# that ping failed (it gives up after 15 s, and a loaded machine can take
+# that long), stop did nothing and still said the node had stopped.
 stop() {
-	if running; then
+	local pid sig
+	pid=$(node_pid)
+	if [ -n "$pid" ] || running; then
 		log "stopping $NODE"
 		ctl -q stop "$DATA/node.pid" >/dev/null 2>&1 || ctl -q stop >/dev/null 2>&1 || true
 	fi
-	# The node's Erlang process takes a moment to leave after stop returns.
-	local pid
-	pid=$(cat "$ROOT$DATA/node.pid" 2>/dev/null || true)
-	for _ in $(seq 1 20); do
-		[ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || break
+	for sig in TERM KILL; do
+		# The VM takes a moment to leave after stop returns.
+		for _ in $(seq 1 20); do
+			[ -n "$(node_pid)" ] || break
+			sleep 0.5
+		done
+		pid=$(node_pid)
+		[ -n "$pid" ] || break
+		log "$NODE (pid $pid) still runs; kill -$sig"
+		kill "-$sig" "$pid" 2>/dev/null || true
+	done
+	for _ in $(seq 1 10); do
+		[ -n "$(node_pid)" ] || break
 		sleep 0.5
 	done
+	if [ -n "$(node_pid)" ]; then
+		log "$NODE (pid $(node_pid)) did not stop"
+		exit 1
+	fi
 	umount_root "$ROOT"
 	log "$NODE is stopped"
 }
