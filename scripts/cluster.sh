@@ -78,7 +78,7 @@ start() {
 		# The cluster holds only what tests make, and they delete it: a
 		# cluster that cannot come back is made again rather than debugged.
 		log "the nodes did not start; deleting the cluster's data and starting afresh"
-		"$0" reset
+		reset
 		start_all
 	fi
 	join 2
@@ -86,15 +86,27 @@ start() {
 	log "members: $(members 1)"
 }
 
+stop_all() {
+	local n
+	for n in 3 2 1; do
+		node "$n" stop
+	done
+}
+
+reset() {
+	local n
+	stop_all
+	for n in 1 2 3; do
+		rm -rf "$ROOT/srv/queuey-c$n"
+	done
+	log "the cluster's data is deleted"
+}
+
 pid_of() { cat "$ROOT/srv/queuey-c$1/node.pid" 2>/dev/null || true; }
 
 case "${1:-}" in
 start) start ;;
-stop)
-	for n in 3 2 1; do
-		node "$n" stop
-	done
-	;;
+stop) stop_all ;;
 stopnode)
 	check_n "${2:-}"
 	node "$2" stop
@@ -130,13 +142,7 @@ env)
 	echo "QUEUEY_CLUSTER_AMQP_URLS=amqp://guest:guest@127.0.0.1:5691/,amqp://guest:guest@127.0.0.1:5692/,amqp://guest:guest@127.0.0.1:5693/"
 	echo "QUEUEY_CLUSTER_ENDPOINTS=http://127.0.0.1:15691,http://127.0.0.1:15692,http://127.0.0.1:15693"
 	;;
-reset)
-	"$0" stop
-	for n in 1 2 3; do
-		rm -rf "$ROOT/srv/queuey-c$n"
-	done
-	log "the cluster's data is deleted"
-	;;
+reset) reset ;;
 *)
 	echo "usage: $0 start|stop|stopnode N|kill N|restart N|status|env|reset" >&2
 	exit 2
