@@ -68,10 +68,35 @@ func TestIntegrationClusterQueueNodeDown(t *testing.T) {
 	declareOn(t, c, 1, jobs, true, amqp.Table(topology.WorkArgs(topology.Queue{Durable: true, Type: topology.QuorumQueueType})))
 	// And home3's own hold queue of a 1 s delay, beside it on node 3.
 	declareOn(t, c, 3, topology.HoldName(home3, 1000), true, amqp.Table(topology.HoldArgs(home3, 1000)))
+	stopBegan := time.Now()
 	if err := c.StopNode(3, false); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("node 3 stopped in %v", time.Since(stopBegan).Round(100*time.Millisecond))
 	log := &wkLog{}
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for _, r := range log.all() {
+			t.Logf("log: %s %s %v", r.level, r.msg, r.attrs)
+		}
+		out, _ := c.Script("status")
+		t.Logf("cluster.sh status:\n%s", out)
+		api, err := c.API()
+		if err != nil {
+			t.Log(err)
+			return
+		}
+		for _, q := range []string{home3, topology.HoldName(jobs, 1000)} {
+			info, err := api.GetQueue(c.Vhost(), q)
+			if err != nil {
+				t.Logf("queue %s: %v", q, err)
+				continue
+			}
+			t.Logf("queue %s: node %s, state %q, %d messages", q, info.Node, info.Status, info.Messages)
+		}
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	p, err := queuey.NewProducer(ctx, nodeURL(c, 1), set, &queuey.ProducerOptions{Logger: slog.New(log)})

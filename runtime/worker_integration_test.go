@@ -252,6 +252,12 @@ func (l *wkLog) Handle(_ context.Context, r slog.Record) error {
 func (l *wkLog) WithAttrs([]slog.Attr) slog.Handler { return l }
 func (l *wkLog) WithGroup(string) slog.Handler      { return l }
 
+func (l *wkLog) all() []wkRec {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]wkRec(nil), l.recs...)
+}
+
 func (l *wkLog) find(substr string) []wkRec {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -104,10 +105,23 @@ func (c *Cluster) StopNode(n int, kill bool) error {
 	if kill {
 		cmd = "kill"
 	}
-	if out, err := c.Script(cmd, strconv.Itoa(n)); err != nil {
+	out, err := c.Script(cmd, strconv.Itoa(n))
+	if err != nil {
 		return fmt.Errorf("cluster.sh %s %d: %w\n%s", cmd, n, err, out)
 	}
-	return nil
+	// A test that goes on while the node still answers tests nothing it
+	// means to; its AMQP port must refuse connections.
+	addr := fmt.Sprintf("127.0.0.1:569%d", n)
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(250 * time.Millisecond) {
+		conn, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			return nil
+		}
+		conn.Close()
+		if time.Now().After(deadline) {
+			return fmt.Errorf("cluster.sh %s %d returned, but node %d still accepts connections on %s 15 s later\n%s", cmd, n, n, addr, out)
+		}
+	}
 }
 
 // RestartNode starts node n again and waits until it answers.
