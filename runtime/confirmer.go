@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -123,6 +124,11 @@ type chanGen struct {
 	pending map[returnKey]*amqp.Return
 	// room is closed, and replaced, when messages are released.
 	room chan struct{}
+	// broken is set when a publish on the channel failed because its
+	// connection is gone (lostWithConnection): amqp091-go says so only
+	// once its reader sees the socket end, and until then the channel
+	// looks open and every publish on it fails the same way at once.
+	broken atomic.Bool
 }
 
 // returnKey is what matches a return to its message.
@@ -175,7 +181,7 @@ func (c amqpChannel) publish(ctx context.Context, rk string, msg amqp.Publishing
 func (c *channelConfirmer) open(ctx context.Context) error {
 	for {
 		c.mu.Lock()
-		if g := c.gen; g != nil && !g.ch.IsClosed() {
+		if g := c.gen; g != nil && !g.ch.IsClosed() && !g.broken.Load() {
 			c.mu.Unlock()
 			return nil
 		}
@@ -260,6 +266,9 @@ func (c *channelConfirmer) publish(ctx context.Context, group []outbound) []fate
 		if err != nil {
 			for j := i; j < len(group); j++ {
 				fates[j] = fate{kind: notSent, err: err}
+			}
+			if lostWithConnection(err) {
+				g.broken.Store(true) // the next open opens another channel
 			}
 			break
 		}

@@ -3,6 +3,9 @@ package queuey
 import (
 	"errors"
 	"fmt"
+	"net"
+	"os"
+	"syscall"
 	"testing"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -25,6 +28,8 @@ func TestHoldDeclarationCutByBrokerShutdownIsRetried(t *testing.T) {
 		{"connection forced", declareError("q.deferred.1000", forced), true},
 		{"frame error (EOF)", declareError("q.deferred.1000", eof), true},
 		{"closed channel", declareError("q.deferred.1000", amqp.ErrClosed), true},
+		{"reset socket", declareError("q.deferred.1000", errSocketReset), true},
+		{"broken pipe", declareError("q.deferred.1000", &net.OpError{Op: "write", Net: "tcp", Err: os.NewSyscallError("write", syscall.EPIPE)}), true},
 		{"precondition failed", declareError("q.deferred.1000", &amqp.Error{Code: amqp.PreconditionFailed, Reason: "PRECONDITION_FAILED - inequivalent arg 'x-message-ttl'"}), false},
 		{"access refused", declareError("q.deferred.1000", &amqp.Error{Code: amqp.AccessRefused, Reason: "ACCESS_REFUSED"}), false},
 		{"other", fmt.Errorf("wrapped: %w", errors.New("boom")), false},

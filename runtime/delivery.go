@@ -8,7 +8,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strconv"
+	"syscall"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -431,9 +434,13 @@ func (p *Producer) release(c confirmer) { p.pool <- c }
 // it. A broker shutting down (rabbitmqctl stop_app, a restart) closes every
 // connection with CONNECTION_FORCED, and a dropped socket surfaces as a
 // FRAME_ERROR; both reach an operation in flight as that *amqp.Error, not
-// as amqp.ErrClosed.
+// as amqp.ErrClosed. Nor does a write to a socket the broker has reset:
+// amqp091-go returns the *net.OpError ("write: connection reset by peer")
+// and goes on writing to that socket, failing the same way, until its
+// reader sees the socket end.
 func lostWithConnection(err error) bool {
-	if errors.Is(err, amqp.ErrClosed) {
+	var oe *net.OpError
+	if errors.Is(err, amqp.ErrClosed) || errors.As(err, &oe) || errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
 		return true
 	}
 	var ae *amqp.Error
