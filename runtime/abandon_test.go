@@ -3,6 +3,9 @@ package queuey
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -62,4 +65,63 @@ func TestHandlerStillRunningAfterTheGraceIsAbandoned(t *testing.T) {
 	if took < 50*time.Millisecond+AbandonGrace || took > 2*time.Second {
 		t.Errorf("abandoned after %s, want the 50ms timeout plus the %s grace", took, AbandonGrace)
 	}
+}
+
+// A handler goroutine's runner keeps one goroutine for its jobs, one after
+// another; a job abandoned on it keeps that goroutine, and the next job
+// runs at once on another instead of waiting behind it.
+func TestRunnerKeepsItsGoroutineUntilAJobIsAbandoned(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	defer close(release)
+	stacks := make(chan uintptr, 8)
+	ws := NewWorkers()
+	AddWorker(ws, WorkFunc[plainArgs](func(ctx context.Context, j *Job[plainArgs]) error {
+		stacks <- goroutineID()
+		if j.Attempt == 2 {
+			<-release // ignores its context: abandoned
+		}
+		return nil
+	}))
+	d, err := NewDispatcher(ws, &WorkerOptions{JobTimeout: 50 * time.Millisecond, Retry: &noRetry})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r runner
+	defer r.abandon()
+	run := func(attempt int) Outcome {
+		return d.dispatch(context.Background(), "q1", envelopeBody(t, "plain", "p.q1", attempt, plainArgs{}), nil, redeliveryNone, time.Now(), &r)
+	}
+	for i := range 3 {
+		if o := run(1); o.Action != ActionAck {
+			t.Fatalf("job %d: %v %v, want acked", i, o.Action, o.Err)
+		}
+	}
+	first, second, third := <-stacks, <-stacks, <-stacks
+	if first != second || second != third {
+		t.Errorf("three jobs on one runner ran on goroutines %d, %d, %d; want one", first, second, third)
+	}
+	if o := run(2); !strings.Contains(fmt.Sprint(o.Err), "handler abandoned") {
+		t.Fatalf("a handler ignoring its context: %v, want it abandoned", o.Err)
+	}
+	stuck := <-stacks
+	start := time.Now()
+	if o := run(1); o.Action != ActionAck {
+		t.Fatalf("the job after an abandoned one: %v %v, want acked", o.Action, o.Err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("the job after an abandoned one took %s; it waited for the stuck handler", took)
+	}
+	if next := <-stacks; next == stuck {
+		t.Errorf("the job after an abandoned one ran on the stuck goroutine %d", next)
+	}
+}
+
+// goroutineID is the running goroutine's number, from its stack trace's
+// first line ("goroutine 42 [running]:").
+func goroutineID() uintptr {
+	var buf [64]byte
+	n := runtime.Stack(buf[:], false)
+	id, _ := strconv.ParseUint(strings.Fields(string(buf[:n]))[1], 10, 64)
+	return uintptr(id)
 }

@@ -50,7 +50,7 @@ func TestRedeliveryCountsAsAnAttempt(t *testing.T) {
 		if tc.diedBefore > 0 {
 			h = amqp.Table{topology.HeaderDied: int32(tc.diedBefore)} // any integer width
 		}
-		o := d.dispatch(context.Background(), "q1", envelopeBody(t, "plain", "p.q1", tc.attempt, plainArgs{}), h, redeliveryDied, time.Now())
+		o := d.dispatch(context.Background(), "q1", envelopeBody(t, "plain", "p.q1", tc.attempt, plainArgs{}), h, redeliveryDied, time.Now(), nil)
 		if o.Action != tc.want || o.died != tc.died || o.Reason != tc.reason || !errors.Is(o.Err, ErrWorkerDied) {
 			t.Errorf("redelivered at attempt %d after %d deaths: action %s, died %d, reason %q, err %v; want %s, %d, %q",
 				tc.attempt, tc.diedBefore, o.Action, o.died, o.Reason, o.Err, tc.want, tc.died, tc.reason)
@@ -64,7 +64,7 @@ func TestRedeliveryCountsAsAnAttempt(t *testing.T) {
 	}
 
 	// An ordinary delivery runs the handler, whatever the headers say.
-	o := d.dispatch(context.Background(), "q1", envelopeBody(t, "plain", "p.q1", 1, plainArgs{}), amqp.Table{topology.HeaderDied: int64(2)}, redeliveryNone, time.Now())
+	o := d.dispatch(context.Background(), "q1", envelopeBody(t, "plain", "p.q1", 1, plainArgs{}), amqp.Table{topology.HeaderDied: int64(2)}, redeliveryNone, time.Now(), nil)
 	if o.Action != ActionAck || o.died != 0 || runs.Load() != 1 {
 		t.Errorf("an ordinary delivery: action %s, died %d, runs %d", o.Action, o.died, runs.Load())
 	}
@@ -74,12 +74,12 @@ func TestRedeliveryCountsAsAnAttempt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o = d2.dispatch(context.Background(), "q1", envelopeBody(t, "plain", "p.q1", 1, plainArgs{}), nil, redeliveryDied, time.Now())
+	o = d2.dispatch(context.Background(), "q1", envelopeBody(t, "plain", "p.q1", 1, plainArgs{}), nil, redeliveryDied, time.Now(), nil)
 	if o.Action != ActionDeadLetter || !strings.Contains(o.Reason, "worker died during the job once") {
 		t.Errorf("no retries: %+v", o)
 	}
 	// A malformed body is dead-lettered as such, redelivered or not.
-	o = d.dispatch(context.Background(), "q1", []byte("not json"), nil, redeliveryDied, time.Now())
+	o = d.dispatch(context.Background(), "q1", []byte("not json"), nil, redeliveryDied, time.Now(), nil)
 	if o.Action != ActionDeadLetter || o.Reason != ReasonMalformedEnvelope {
 		t.Errorf("malformed, redelivered: %+v", o)
 	}

@@ -88,7 +88,7 @@ func TestWorkerMiddlewareSeesTheJobAndDecidesTheError(t *testing.T) {
 	ready := time.UnixMilli(time.Now().Add(-time.Second).UnixMilli())
 	headers := amqp.Table{topology.HeaderReadyAt: ready.UnixMilli(), "traceparent": "00-abc"}
 	received := time.Now()
-	o := d.dispatch(context.Background(), "q1", envelopeBody(t, "mw.job", "p.q1", 2, mwArgs{Fail: "forgive"}), headers, redeliveryNone, received)
+	o := d.dispatch(context.Background(), "q1", envelopeBody(t, "mw.job", "p.q1", 2, mwArgs{Fail: "forgive"}), headers, redeliveryNone, received, nil)
 	if o.Action != ActionAck {
 		t.Errorf("forgiven error: action %v, want ack", o.Action)
 	}

@@ -184,7 +184,7 @@ func NewDispatcher(workers *Workers, opts *WorkerOptions) (*Dispatcher, error) {
 // (it is abandoned, or it fails with context.Canceled) is not counted as an
 // attempt: the outcome is ActionRequeue.
 func (d *Dispatcher) Dispatch(ctx context.Context, queue string, body []byte) Outcome {
-	return d.dispatch(ctx, queue, body, nil, redeliveryNone, time.Now())
+	return d.dispatch(ctx, queue, body, nil, redeliveryNone, time.Now(), nil)
 }
 
 // redeliveryKind is what the pool knows of a delivery the broker marked
@@ -209,20 +209,21 @@ const (
 // dispatch is Dispatch of a delivery with headers, received at received.
 // A delivery the broker redelivered as an attempt (why) is not run: see
 // diedOutcome.
-func (d *Dispatcher) dispatch(ctx context.Context, queue string, body []byte, headers amqp.Table, why redeliveryKind, received time.Time) Outcome {
+// The handler runs on r's goroutine (nil: a new one).
+func (d *Dispatcher) dispatch(ctx context.Context, queue string, body []byte, headers amqp.Table, why redeliveryKind, received time.Time, r *runner) Outcome {
 	env, err := decodeEnvelope(body)
 	if err != nil {
 		return Outcome{Action: ActionDeadLetter, Reason: ReasonMalformedEnvelope, Err: err}
 	}
-	return d.dispatchEnvelope(ctx, queue, env, headers, why, received)
+	return d.dispatchEnvelope(ctx, queue, env, headers, why, received, r)
 }
 
 // DispatchEnvelope is Dispatch for an envelope already decoded.
 func (d *Dispatcher) DispatchEnvelope(ctx context.Context, queue string, env Envelope) Outcome {
-	return d.dispatchEnvelope(ctx, queue, env, nil, redeliveryNone, time.Now())
+	return d.dispatchEnvelope(ctx, queue, env, nil, redeliveryNone, time.Now(), nil)
 }
 
-func (d *Dispatcher) dispatchEnvelope(ctx context.Context, queue string, env Envelope, headers amqp.Table, why redeliveryKind, received time.Time) Outcome {
+func (d *Dispatcher) dispatchEnvelope(ctx context.Context, queue string, env Envelope, headers amqp.Table, why redeliveryKind, received time.Time, r *runner) Outcome {
 	jc := jobContextFromEnvelope(env)
 	h, ok := d.workers.handlers[env.JobType]
 	if !ok {
@@ -270,7 +271,7 @@ func (d *Dispatcher) dispatchEnvelope(ctx context.Context, queue string, env Env
 		run = &JobRun{Job: jc, Headers: headers, ReadyAt: readyAt(headers, jc.EnqueuedAt), Received: received, work: p.run}
 		work = func(ctx context.Context) error { return d.chain(ctx, run) }
 	}
-	err = runJob(ctx, jc, timeout, work)
+	err = runJob(ctx, jc, timeout, r, work)
 	var o Outcome
 	if ctx.Err() != nil && interrupted(err) {
 		o = Outcome{Action: ActionRequeue, Err: err, Job: jc, Policy: policy}
@@ -298,8 +299,8 @@ const AbandonGrace = 100 * time.Millisecond
 // that outlives its timeout, or its parent context, by more than
 // AbandonGrace is abandoned: the delivery is settled without it, because a
 // handler that ignores its context would otherwise hold a delivery, and a
-// shutdown, forever.
-func runJob(ctx context.Context, jc JobContext, timeout time.Duration, work func(context.Context) error) error {
+// shutdown, forever. The handler runs on r's goroutine (nil: a new one).
+func runJob(ctx context.Context, jc JobContext, timeout time.Duration, r *runner, work func(context.Context) error) error {
 	ctx = WithJobContext(ctx, jc)
 	var cancel context.CancelFunc
 	if timeout > 0 {
@@ -310,14 +311,14 @@ func runJob(ctx context.Context, jc JobContext, timeout time.Duration, work func
 	defer cancel()
 
 	done := make(chan error, 1)
-	go func() {
+	r.run(func() {
 		defer func() {
-			if r := recover(); r != nil {
-				done <- &PanicError{Value: r, Stack: debug.Stack()}
+			if v := recover(); v != nil {
+				done <- &PanicError{Value: v, Stack: debug.Stack()}
 			}
 		}()
 		done <- work(ctx)
-	}()
+	})
 
 	var err error
 	select {
@@ -334,6 +335,7 @@ func runJob(ctx context.Context, jc JobContext, timeout time.Duration, work func
 				return nil // it did the work, a little late
 			}
 		case <-grace.C:
+			r.abandon()
 			err = fmt.Errorf("handler abandoned: it had not returned %s after its context ended: %w", AbandonGrace, ctx.Err())
 		}
 	}
@@ -344,6 +346,40 @@ func runJob(ctx context.Context, jc JobContext, timeout time.Duration, work func
 		}
 	}
 	return err
+}
+
+// runner runs the jobs of one handler goroutine, one at a time, on a
+// goroutine of their own (runJob abandons a handler that will not return),
+// and keeps that goroutine from one job to the next: a new goroutine per job
+// grew its stack afresh each time (see serve). A nil runner starts a
+// goroutine per job.
+type runner struct{ jobs chan func() }
+
+// run hands f to the runner's goroutine, starting one if it has none.
+func (r *runner) run(f func()) {
+	if r == nil {
+		go f()
+		return
+	}
+	if r.jobs == nil {
+		r.jobs = make(chan func())
+		go func(jobs <-chan func()) {
+			for f := range jobs {
+				f()
+			}
+		}(r.jobs)
+	}
+	r.jobs <- f
+}
+
+// abandon leaves the goroutine to a job that would not return: it ends
+// once that job does, and the next run starts another. It is also how the
+// runner's owner lets the goroutine go when it has no more jobs.
+func (r *runner) abandon() {
+	if r != nil && r.jobs != nil {
+		close(r.jobs)
+		r.jobs = nil
+	}
 }
 
 // interrupted reports whether a handler's result, once the job's parent

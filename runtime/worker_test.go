@@ -127,7 +127,7 @@ func (b *settleBundle) deliverTo(s *subscription, body []byte) {
 		Headers: amqp.Table{"x-death": []any{amqp.Table{"count": int64(1)}}, "x-first-death-queue": "p.q1.deferred.100", "x-last-death-reason": "expired", "custom": "kept", topology.HeaderAttempt: int64(2),
 			topology.HeaderDeathReason: "replayed", topology.HeaderOriginalQueue: "p.q1", topology.HeaderAttempts: int64(3)},
 	}
-	s.handle(d)
+	s.handle(d, nil)
 }
 
 func TestWorkerPoolOptions(t *testing.T) {
