@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"reflect"
 	"testing"
@@ -28,6 +29,16 @@ var envelopeSeeds = []string{
 	`{"job_id":"x","job_id":"","job_type":"t","attempt":1,"payload":1}`,
 	`[1,2,3]`, `null`, `""`, `{}`, ``, `hello, world`, "\xff\xfe\x00{",
 	`{"job_id":"x","job_type":"t","attempt":9223372036854775808,"payload":1}`,
+	// The canonical form's edges: what decodeCanonical must leave to
+	// encoding/json, or read as it does.
+	`{"job_id":"0b9f2f1e-2c59-4d52-9a57-8d7c0f3c9b11","job_type":"t","queue":"q","attempt":01,"enqueued_at_ms":1,"deferrals":0,"priority":0,"payload":1}`,
+	`{"job_id":"0b9f2f1e-2c59-4d52-9a57-8d7c0f3c9b11","job_type":"t","queue":"q","attempt":-0,"enqueued_at_ms":1,"deferrals":0,"priority":-0,"payload":1}`,
+	`{"job_id":"0b9f2f1e-2c59-4d52-9a57-8d7c0f3c9b11","job_type":"t","queue":"q","attempt":1,"enqueued_at_ms":1,"deferrals":0,"priority":256,"payload":1}`,
+	`{"job_id":"0b9f2f1e-2c59-4d52-9a57-8d7c0f3c9b11","job_type":"t","queue":"q","attempt":1,"enqueued_at_ms":1,"deferrals":0,"priority":0,"payload": 1}`,
+	`{"job_id":"0b9f2f1e-2c59-4d52-9a57-8d7c0f3c9b11","job_type":"t","queue":"q","attempt":1,"enqueued_at_ms":1,"deferrals":0,"priority":0,"payload":1 }`,
+	`{"job_id":"0b9f2f1e-2c59-4d52-9a57-8d7c0f3c9b11","job_type":"t\u00e9","queue":"q","attempt":1,"enqueued_at_ms":1,"deferrals":0,"priority":0,"payload":{"a":1}}`,
+	`{"job_id":"0b9f2f1e-2c59-4d52-9a57-8d7c0f3c9b11","job_type":"t","queue":"q","attempt":1,"enqueued_at_ms":1,"deferrals":0,"priority":0,"correlation_id":"c","payload":{"a":1}}}`,
+	`{"job_id":"0b9f2f1e-2c59-4d52-9a57-8d7c0f3c9b11","job_type":"t","queue":"q","attempt":1,"enqueued_at_ms":1.5,"deferrals":0,"priority":0,"payload":[]}`,
 }
 
 // FuzzDecodeEnvelope feeds arbitrary bodies to the decoder a worker runs on
@@ -41,6 +52,12 @@ func FuzzDecodeEnvelope(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		e, err := decodeEnvelope(body)
+		// The canonical reader and encoding/json agree on every body:
+		// the same envelope, or the same refusal.
+		std, stdErr := decodeEnvelopeJSON(body)
+		if !reflect.DeepEqual(e, std) || fmt.Sprint(err) != fmt.Sprint(stdErr) {
+			t.Fatalf("decodeEnvelope(%q):\n%+v, %v\nencoding/json:\n%+v, %v", body, e, err, std, stdErr)
+		}
 		if err != nil {
 			if !errors.Is(err, errMalformedEnvelope) {
 				t.Fatalf("decodeEnvelope(%q) refused with %v, which is not errMalformedEnvelope", body, err)
