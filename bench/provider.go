@@ -28,12 +28,14 @@ import (
 const providerWorkers = 8
 
 // countingProxy sits between Terraform's provider and the management API and
-// counts the requests, and the TCP connections they came on, since reset.
+// counts the requests, and the TCP connections they came on, since reset,
+// and when the first write (PUT, DELETE) arrived and the last was answered.
 type countingProxy struct {
-	mu       sync.Mutex
-	requests map[string]int
-	conns    map[string]bool
-	server   *httptest.Server
+	mu          sync.Mutex
+	requests    map[string]int
+	conns       map[string]bool
+	first, last time.Time
+	server      *httptest.Server
 }
 
 func newCountingProxy(target string) (*countingProxy, error) {
@@ -55,8 +57,17 @@ func newCountingProxy(target string) (*countingProxy, error) {
 		p.mu.Lock()
 		p.requests[key]++
 		p.conns[r.RemoteAddr] = true
+		write := r.Method != http.MethodGet
+		if write && p.first.IsZero() {
+			p.first = time.Now()
+		}
 		p.mu.Unlock()
 		rp.ServeHTTP(w, r)
+		if write {
+			p.mu.Lock()
+			p.last = time.Now()
+			p.mu.Unlock()
+		}
 	}))
 	return p, nil
 }
@@ -66,6 +77,15 @@ func (p *countingProxy) reset() {
 	defer p.mu.Unlock()
 	p.requests = map[string]int{}
 	p.conns = map[string]bool{}
+	p.first, p.last = time.Time{}, time.Time{}
+}
+
+// window returns when the first write since the last reset arrived and
+// when the last was answered (zero times when there was none).
+func (p *countingProxy) window() (first, last time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.first, p.last
 }
 
 // take returns the requests and connections counted since the last reset,
@@ -81,6 +101,7 @@ func (p *countingProxy) take() (total int, detail string, conns int) {
 	sort.Strings(keys)
 	detail, conns = strings.Join(keys, ", "), len(p.conns)
 	p.requests, p.conns = map[string]int{}, map[string]bool{}
+	p.first, p.last = time.Time{}, time.Time{}
 	return total, detail, conns
 }
 
@@ -244,7 +265,17 @@ func (b *bench) providerSection(ctx context.Context) error {
 				{"plan", []string{"plan", "-detailed-exitcode", "-input=false", "-no-color"}, 0},
 				{"destroy", []string{"destroy", "-auto-approve", "-input=false", "-no-color"}, 0},
 			} {
+				start := time.Now()
 				took, code, out, err := t.run(ctx, op.args...)
+				end := time.Now()
+				// Where the command's time went: before the provider's
+				// first write (Terraform and the provider starting,
+				// refresh and plan), the writes, and after the last.
+				if first, last := proxy.window(); !first.IsZero() {
+					m[op.name+" before requests"] = first.Sub(start).Seconds()
+					m[op.name+" requests window"] = last.Sub(first).Seconds()
+					m[op.name+" after requests"] = end.Sub(last).Seconds()
+				}
 				if err != nil || code != op.want {
 					if op.name != "destroy" {
 						_, _, _, _ = t.run(context.Background(), "destroy", "-auto-approve", "-input=false", "-no-color")
@@ -345,6 +376,16 @@ func (b *bench) providerSection(ctx context.Context) error {
 		"terraform 1 queue", "plan", "", "", "", false, 0)
 	b.report.add(s, "provider", "terraform's fixed cost: destroy of a 1-queue set", "s",
 		"terraform 1 queue", "destroy", "", "", "", false, 0)
+	for _, op := range []string{"apply", "destroy"} {
+		for _, part := range []struct{ key, what string }{
+			{"before requests", "before the first write (Terraform and the provider starting, refresh, plan)"},
+			{"requests window", "from the first write (PUT, DELETE) to the last one's answer"},
+			{"after requests", "after the last write's answer (Terraform writing the state and exiting)"},
+		} {
+			b.report.add(s, "provider", fmt.Sprintf("terraform %s, %d queues: %s", op, n, part.what), "s",
+				big, op+" "+part.key, "", "", "", false, 0)
+		}
+	}
 	for _, size := range []struct {
 		label string
 		n     int
