@@ -78,8 +78,9 @@ type WorkerOptions struct {
 	// OnSettled is told of every delivery once the pool has settled it
 	// (acknowledged it, published its retry, deferral or dead letter, or
 	// given it back), those that reached no handler included: for metrics.
-	// It runs on the delivery's goroutine before the next delivery takes
-	// its slot, so it must be quick. A panic in it is recovered and
+	// It runs on the goroutine that handled the delivery, before that
+	// goroutine takes the next delivery and before the delivery's slot is
+	// given back, so it must be quick. A panic in it is recovered and
 	// logged. Defaults to none.
 	OnSettled func(s Settlement)
 	// Producer publishes retries, deferrals and dead letters. It must have
