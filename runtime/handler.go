@@ -94,6 +94,9 @@ type workerHandler[T JobArgs] struct {
 	w     Worker[T]
 	kind  string
 	queue string
+	// argsRetry is whether T implements JobArgsWithRetryPolicy, known
+	// from the type, so that prepare boxes a job's args only then.
+	argsRetry bool
 }
 
 func newWorkerHandler[T JobArgs](w Worker[T]) (h *workerHandler[T], err error) {
@@ -106,7 +109,8 @@ func newWorkerHandler[T JobArgs](w Worker[T]) (h *workerHandler[T], err error) {
 		}
 	}()
 	args := jobutil.Zero[T]()
-	h = &workerHandler[T]{w: w, kind: args.Kind(), queue: args.Queue()}
+	_, argsRetry := any(args).(JobArgsWithRetryPolicy)
+	h = &workerHandler[T]{w: w, kind: args.Kind(), queue: args.Queue(), argsRetry: argsRetry}
 	switch {
 	case h.kind == "":
 		return nil, fmt.Errorf("%s: Kind returns an empty string", reflect.TypeFor[T]())
@@ -127,8 +131,8 @@ func (h *workerHandler[T]) prepare(payload json.RawMessage, jc JobContext) (*pre
 	}
 	job := &Job[T]{JobContext: jc, Args: args}
 	p := &preparedJob{}
-	if a, ok := any(args).(JobArgsWithRetryPolicy); ok {
-		rp := a.RetryPolicy()
+	if h.argsRetry {
+		rp := any(args).(JobArgsWithRetryPolicy).RetryPolicy()
 		p.jobTypePolicy = &rp
 	}
 	if w, ok := h.w.(WorkerWithRetryPolicy[T]); ok {
