@@ -370,6 +370,8 @@ func (b *bench) providerSection(ctx context.Context) error {
 		"raw rabbit-hole ×16", "destroy", "raw rabbit-hole ×8", "destroy", fmt.Sprintf("rabbit-hole delete %d, 8 workers", bq), false, 0)
 	b.report.add(s, "provider", fmt.Sprintf("terraform plan, no change, %d queues", n), "s",
 		big, "plan", "raw rabbit-hole ×8", "plan", "rabbit-hole list once", false, 0)
+	b.report.add(s, "provider", fmt.Sprintf("terraform plan, no change, %d queues, beside 1 queue", n), "s",
+		big, "plan", "terraform 1 queue", "plan", "the same plan of a 1-queue set", false, 2)
 	b.report.add(s, "provider", "terraform's fixed cost: apply of a 1-queue set", "s",
 		"terraform 1 queue", "apply", "", "", "", false, 0)
 	b.report.add(s, "provider", "terraform's fixed cost: no-change plan of a 1-queue set", "s",

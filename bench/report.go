@@ -65,10 +65,10 @@ func (rep *report) add(s samples, section, figure, unit, q, qMetric, r, rMetric,
 	}
 	if target > 0 && !math.IsNaN(rw.ratio) {
 		if higherBetter {
-			rw.target = fmt.Sprintf("≥ %.2g×", target)
+			rw.target = fmt.Sprintf("≥ %.3g×", target)
 			rw.met = yesNo(rw.ratio >= target)
 		} else {
-			rw.target = fmt.Sprintf("≤ %.2g×", target)
+			rw.target = fmt.Sprintf("≤ %.3g×", target)
 			rw.met = yesNo(rw.ratio <= target)
 		}
 	}
