@@ -437,7 +437,8 @@ func (p *Producer) release(c confirmer) { p.pool <- c }
 // as amqp.ErrClosed. Nor does a write to a socket the broker has reset:
 // amqp091-go returns the *net.OpError ("write: connection reset by peer")
 // and goes on writing to that socket, failing the same way, until its
-// reader sees the socket end.
+// reader sees the socket end. Any *net.OpError counts, and so do io.EOF,
+// ECONNRESET and EPIPE reaching us without one around them.
 func lostWithConnection(err error) bool {
 	var oe *net.OpError
 	if errors.Is(err, amqp.ErrClosed) || errors.As(err, &oe) || errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
