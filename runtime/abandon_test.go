@@ -74,10 +74,10 @@ func TestRunnerKeepsItsGoroutineUntilAJobIsAbandoned(t *testing.T) {
 	t.Parallel()
 	release := make(chan struct{})
 	defer close(release)
-	stacks := make(chan uintptr, 8)
+	ran := make(chan uint64, 8) // the goroutine each job ran on
 	ws := NewWorkers()
 	AddWorker(ws, WorkFunc[plainArgs](func(ctx context.Context, j *Job[plainArgs]) error {
-		stacks <- goroutineID()
+		ran <- goroutineID()
 		if j.Attempt == 2 {
 			<-release // ignores its context: abandoned
 		}
@@ -97,14 +97,14 @@ func TestRunnerKeepsItsGoroutineUntilAJobIsAbandoned(t *testing.T) {
 			t.Fatalf("job %d: %v %v, want acked", i, o.Action, o.Err)
 		}
 	}
-	first, second, third := <-stacks, <-stacks, <-stacks
+	first, second, third := <-ran, <-ran, <-ran
 	if first != second || second != third {
 		t.Errorf("three jobs on one runner ran on goroutines %d, %d, %d; want one", first, second, third)
 	}
 	if o := run(2); !strings.Contains(fmt.Sprint(o.Err), "handler abandoned") {
 		t.Fatalf("a handler ignoring its context: %v, want it abandoned", o.Err)
 	}
-	stuck := <-stacks
+	stuck := <-ran
 	start := time.Now()
 	if o := run(1); o.Action != ActionAck {
 		t.Fatalf("the job after an abandoned one: %v %v, want acked", o.Action, o.Err)
@@ -112,16 +112,16 @@ func TestRunnerKeepsItsGoroutineUntilAJobIsAbandoned(t *testing.T) {
 	if took := time.Since(start); took > time.Second {
 		t.Errorf("the job after an abandoned one took %s; it waited for the stuck handler", took)
 	}
-	if next := <-stacks; next == stuck {
+	if next := <-ran; next == stuck {
 		t.Errorf("the job after an abandoned one ran on the stuck goroutine %d", next)
 	}
 }
 
 // goroutineID is the running goroutine's number, from its stack trace's
 // first line ("goroutine 42 [running]:").
-func goroutineID() uintptr {
+func goroutineID() uint64 {
 	var buf [64]byte
 	n := runtime.Stack(buf[:], false)
 	id, _ := strconv.ParseUint(strings.Fields(string(buf[:n]))[1], 10, 64)
-	return uintptr(id)
+	return id
 }
