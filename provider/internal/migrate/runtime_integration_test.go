@@ -3,9 +3,11 @@
 package migrate
 
 import (
+	"bytes"
 	"context"
-	"io"
+	"fmt"
 	"log/slog"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -35,9 +37,23 @@ func TestIntegrationMigrateWhileProducersAndWorkersRun(t *testing.T) {
 	b := newMigBroker(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	set := queuey.QueueSet{Prefix: b.prefix, Queues: []queuey.QueueConfig{{Name: "jobs", MaxPriority: queuey.NoPriority}}}
 	q := set.WorkQueue("jobs")
+	// What the test shows when jobs are missing, last of all (after the
+	// deferred Stop), so that it ends the output: the goroutines and the
+	// queues as they were when the wait for the jobs ran out (still queued:
+	// the pool stopped consuming; dead-lettered; or nowhere), and the
+	// producer's and the pool's log.
+	var logs lockedBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, nil))
+	var stacks, queues string
+	defer func() {
+		if t.Failed() {
+			t.Logf("goroutines when the wait ran out:\n%s", stacks)
+			t.Logf("the producer's and the pool's log:\n%s", logs.String())
+			t.Logf("queues when the wait ran out:\n%s", queues)
+		}
+	}()
 	prod, err := queuey.NewProducer(ctx, b.url, set, &queuey.ProducerOptions{Logger: logger})
 	if err != nil {
 		t.Fatal(err)
@@ -132,8 +148,33 @@ func TestIntegrationMigrateWhileProducersAndWorkersRun(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	if len(missing) > 0 {
+		var buf bytes.Buffer
+		_ = pprof.Lookup("goroutine").WriteTo(&buf, 1)
+		stacks = buf.String()
+		// A passive declaration's counts are exact; the management
+		// API's lag by its statistics interval.
+		for _, name := range []string{q, set.DeadQueue("jobs"), topology.MigrationName(q)} {
+			ch := b.channel()
+			if st, err := ch.QueueDeclarePassive(name, false, false, false, false, nil); err != nil {
+				queues += fmt.Sprintf("%s: %v\n", name, err)
+			} else {
+				queues += fmt.Sprintf("%s: %d ready, %d consumers\n", name, st.Messages, st.Consumers)
+			}
+			_ = ch.Close()
+		}
+	}
+	shown := 0
 	for id, at := range missing {
-		t.Errorf("job %s, confirmed %v after the queue was deleted, was never handled", id, at.Sub(res.DeletedAt))
+		if shown++; shown > 5 {
+			t.Errorf("... and %d more jobs never handled", len(missing)-5)
+			break
+		}
+		if at.IsZero() {
+			t.Errorf("job %s, preloaded before the migration, was never handled", id)
+		} else {
+			t.Errorf("job %s, confirmed %v after the queue was deleted, was never handled", id, at.Sub(res.DeletedAt))
+		}
 	}
 	mu.Lock()
 	dups := 0
@@ -162,4 +203,22 @@ func TestIntegrationMigrateWhileProducersAndWorkersRun(t *testing.T) {
 			t.Errorf("%s is still there", left)
 		}
 	}
+}
+
+// lockedBuffer is a bytes.Buffer that goroutines may write at once.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
