@@ -161,22 +161,7 @@ func clientTLS(t testing.TB) *tls.Config {
 }
 
 // logBuffer captures slog records, for the tests that read logs.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+type logBuffer = brokertest.LogBuffer
 
 // logger writes debug and up to w as text.
 func logger(w io.Writer) *slog.Logger {

@@ -3,7 +3,6 @@
 package queuey_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -153,24 +152,6 @@ func (l *clLedger) summary() (confirmed, failed, handled, dups int, errs []strin
 	return len(l.confirmed), len(l.failed), handled, dups, errs
 }
 
-// clLog is a slog destination the test can read.
-type clLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *clLog) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *clLog) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // TestIntegrationClusterNodeStopLosesNoConfirmedJob runs a producer and a
 // worker pool on a quorum queue set of the cluster, both connected first to
 // node 1 (the URL's first host), and stops node 1 while 2,000 jobs flow (one
@@ -188,7 +169,7 @@ func TestIntegrationClusterNodeStopLosesNoConfirmedJob(t *testing.T) {
 	set := queuey.QueueSet{Prefix: prefix, Queues: []queuey.QueueConfig{
 		{Name: "jobs", Prefetch: 64, QueueType: queuey.QueueTypeQuorum},
 	}}
-	var logs clLog
+	var logs brokertest.LogBuffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	l := newCLLedger()
 

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/queuey/terraform-provider-queuey/internal/brokertest"
 	"github.com/queuey/terraform-provider-queuey/internal/divert"
 	queuey "github.com/queuey/terraform-provider-queuey/runtime"
 	"github.com/queuey/terraform-provider-queuey/runtime/topology"
@@ -44,7 +45,7 @@ func TestIntegrationMigrateWhileProducersAndWorkersRun(t *testing.T) {
 	// queues as they were when the wait for the jobs ran out (still queued:
 	// the pool stopped consuming; dead-lettered; or nowhere), and the
 	// producer's and the pool's log.
-	var logs lockedBuffer
+	var logs brokertest.LogBuffer
 	logger := slog.New(slog.NewTextHandler(&logs, nil))
 	var stacks, queues string
 	defer func() {
@@ -203,22 +204,4 @@ func TestIntegrationMigrateWhileProducersAndWorkersRun(t *testing.T) {
 			t.Errorf("%s is still there", left)
 		}
 	}
-}
-
-// lockedBuffer is a bytes.Buffer that goroutines may write at once.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
