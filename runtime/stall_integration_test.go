@@ -9,6 +9,7 @@ package queuey
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -57,8 +58,11 @@ func (st *stalls) seams() *seams {
 type stallingConfirmer struct {
 	confirmer
 	st *stalls
-	// jobs counts the jobs of the current group whose confirms were read.
-	jobs int
+	// jobs counts the jobs of the current group whose confirms were read:
+	// of the one group in flight, for the tests that read it (they enqueue
+	// from one goroutine). Atomic, because pipelined callers share the
+	// confirmer and the count goes on regardless.
+	jobs atomic.Int64
 }
 
 func isProbe(group []outbound) bool {
@@ -70,7 +74,7 @@ func (s *stallingConfirmer) publish(ctx context.Context, group []outbound) []fat
 	if !probe && s.st.beforeSend != nil {
 		s.st.beforeSend()
 	}
-	s.jobs = 0
+	s.jobs.Store(0)
 	fates := s.confirmer.publish(ctx, group)
 	if probe && s.st.afterProbe != nil {
 		s.st.afterProbe()
@@ -99,10 +103,10 @@ type stallingConfirmation struct {
 
 func (c stallingConfirmation) WaitContext(ctx context.Context) (bool, error) {
 	ok, err := c.confirmation.WaitContext(ctx)
+	k := int(c.sc.jobs.Add(1) - 1)
 	if err == nil && c.sc.st.confirmed != nil {
-		c.sc.st.confirmed(c.sc.jobs)
+		c.sc.st.confirmed(k)
 	}
-	c.sc.jobs++
 	return ok, err
 }
 
