@@ -896,6 +896,85 @@ func TestIntegrationWorkerResumesAfterQueueRecreated(t *testing.T) {
 	}
 }
 
+// A pool whose queue is deleted and declared again before the broker's
+// channel hears of the deletion, as in a migration, which declares the queue
+// again within milliseconds, must have its consumer cancelled, and subscribe
+// again: RabbitMQ 3.x's channel otherwise consumes again from the new queue
+// of the same name without a word to the client, and drops what that queue
+// delivers (see classicConsumeArgs). The test holds the channel's process still on
+// the broker (sys:suspend) while it replaces the queue, so the channel hears
+// late every time, where a migration makes it rare (once in CI; here 2 of
+// about 750 runs of the live-producers migration test, under heavy load).
+func TestIntegrationWorkerIsCancelledNotMovedWhenItsQueueIsReplaced(t *testing.T) {
+	t.Parallel()
+	e := wkSetup(t, "replaced")
+	set := e.set(queuey.QueueConfig{Name: "jobs", MaxPriority: queuey.NoPriority})
+	work := set.WorkQueue("jobs")
+	var ok wkRuns
+	ws := queuey.NewWorkers()
+	queuey.AddWorker(ws, queuey.WorkFunc[wkOK](func(_ context.Context, j *queuey.Job[wkOK]) error {
+		ok.add(j.JobContext)
+		return nil
+	}))
+	e.start(set, ws, &queuey.WorkerOptions{})
+	p := e.producer(set)
+	ctx := context.Background()
+	if _, err := queuey.EnqueueJob(ctx, p, wkOK{wkArgs{ID: 0}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	wkEventually(t, 10*time.Second, func() bool { return ok.len() == 1 }, "the first job")
+
+	// The broker's channel process of the pool's consumer, held still.
+	out, err := brokertest.Eval(fmt.Sprintf(`Q = rabbit_misc:r(<<"/">>, queue, <<"%s">>),
+		Chs = [proplists:get_value(channel_pid, C) || C <- rabbit_amqqueue:consumers_all(<<"/">>), proplists:get_value(queue_name, C) =:= Q],
+		[sys:suspend(Ch) || Ch <- Chs],
+		string:join([pid_to_list(Ch) || Ch <- Chs], " ").`, work))
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := strings.Fields(strings.Trim(out, `"`))
+	t.Cleanup(func() { resumeChannels(t, held) }) // before the pool's Stop
+	if len(held) != 1 {
+		t.Fatalf("found %d channels consuming %s (%q), want the pool's one", len(held), work, out)
+	}
+
+	ch, err := e.conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ch.Close() }()
+	if _, err := ch.QueueDelete(work, false, false, false); err != nil {
+		t.Fatalf("delete %s: %v", work, err)
+	}
+	tq := topology.Queue{Name: "jobs", MaxPriority: topology.DefaultMaxPriority, Durable: true}
+	if _, err := ch.QueueDeclare(work, true, false, false, false, amqp.Table(topology.WorkArgs(tq))); err != nil {
+		t.Fatalf("declare %s again: %v", work, err)
+	}
+	resumeChannels(t, held)
+	held = nil
+
+	for i := range 3 {
+		if _, err := queuey.EnqueueJob(ctx, p, wkOK{wkArgs{ID: 10 + i}}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wkEventually(t, 15*time.Second, func() bool { return ok.len() == 4 },
+		"the jobs enqueued onto the new queue (%d of 3 handled): the pool's consumer was moved onto it, not cancelled", ok.len()-1)
+	if len(e.log.find("broker cancelled the consumer")) == 0 {
+		t.Errorf("the pool did not log the broker's cancellation")
+	}
+}
+
+// resumeChannels lets the broker's processes pids (as pid_to_list prints
+// them) run again.
+func resumeChannels(t *testing.T, pids []string) {
+	for _, pid := range pids {
+		if _, err := brokertest.Eval(fmt.Sprintf(`sys:resume(list_to_pid("%s")).`, pid)); err != nil {
+			t.Errorf("resume %s: %v", pid, err)
+		}
+	}
+}
+
 // A dead letter that cannot be published (here: its dead-letter queue was
 // deleted, so the publish is returned unroutable) must leave the job in the
 // work queue: it is handled again, and dead-lettered once the queue is back.

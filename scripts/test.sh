@@ -38,6 +38,9 @@ export QUEUEY_USERNAME="${QUEUEY_USERNAME:-guest}"
 export QUEUEY_PASSWORD="${QUEUEY_PASSWORD:-guest}"
 # Where scripts/broker4.sh's nodes are (`scripts/broker4.sh env [strict]`).
 rmq4=(amqp://guest:guest@127.0.0.1:5680/ http://127.0.0.1:15680)
+# The rabbitmqctl of the 4.0 node, for the tests that reach inside the broker
+# (brokertest.Ctl; the host's rabbitmqctl reaches 3.10).
+ctl4="bash $root/scripts/broker4.sh ctl"
 export QUEUEY_STRICT_AMQP_URL=amqp://guest:guest@127.0.0.1:5681/ QUEUEY_STRICT_ENDPOINT=http://127.0.0.1:15681
 # Where the cluster is (QUEUEY_CLUSTER_*, not exported): the "every
 # package" pass alone is given it, so that its cluster tests run once.
@@ -85,7 +88,7 @@ gotest() {
 	rmq3=("$AMQP_URL" "$QUEUEY_ENDPOINT")
 	QUEUEY_CLUSTER_AMQP_URL=$QUEUEY_CLUSTER_AMQP_URL QUEUEY_CLUSTER_AMQP_URLS=$QUEUEY_CLUSTER_AMQP_URLS QUEUEY_CLUSTER_ENDPOINTS=$QUEUEY_CLUSTER_ENDPOINTS \
 		gotest "$TF_ACC_TERRAFORM_PATH" "${rmq3[@]}" "every package" -tags integration,faults -timeout 40m ./... || rc=1
-	gotest "$TF_ACC_TERRAFORM_PATH" "${rmq4[@]}" "integration, acceptance, migration and demo tests" \
+	QUEUEY_RABBITMQCTL=$ctl4 gotest "$TF_ACC_TERRAFORM_PATH" "${rmq4[@]}" "integration, acceptance, migration and demo tests" \
 		-tags integration -timeout 40m ./runtime/... ./provider/... ./examples/... || rc=1
 	gotest "$oldest" "${rmq3[@]}" "acceptance tests" -run '^TestAcc' -timeout 20m ./provider/ || rc=1
 	TF_ACC_PROVIDER_HOST=registry.opentofu.org TF_ACC_PROVIDER_NAMESPACE=queuey \
