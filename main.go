@@ -5,10 +5,10 @@ import (
 	"context"
 	"flag"
 	"log"
-	"os"
 
 	"github.com/hashicorp/terraform-plugin-framework/providerserver"
 
+	"github.com/queuey/terraform-provider-queuey/internal/sdklog"
 	"github.com/queuey/terraform-provider-queuey/provider"
 )
 
@@ -20,29 +20,8 @@ import (
 // version is set by the release build through -ldflags.
 var version = "dev"
 
-// sdkLogs are the environment variables of the SDK's own logs, which it
-// writes at TRACE when they are unset (terraform-plugin-go, -framework).
-var sdkLogs = []string{"TF_LOG_SDK", "TF_LOG_SDK_PROTO", "TF_LOG_SDK_FRAMEWORK"}
-
-// quietSDK turns the SDK's logs off unless a Terraform log was asked for:
-// without TF_LOG or TF_LOG_PROVIDER, Terraform reads the JSON lines they
-// write to stderr and discards them; without them a 200-queue no-change
-// plan took 0.80x the wall time (BENCHMARKS.md, "No-change plans"). Any of
-// these variables set, by the user or by Terraform, leaves the logs as the
-// SDK decides.
-func quietSDK() {
-	for _, v := range append([]string{"TF_LOG", "TF_LOG_PROVIDER", "TF_LOG_PATH", "TF_LOG_PROVIDER_QUEUEY"}, sdkLogs...) {
-		if _, set := os.LookupEnv(v); set {
-			return
-		}
-	}
-	for _, v := range sdkLogs {
-		_ = os.Setenv(v, "off")
-	}
-}
-
 func main() {
-	quietSDK()
+	sdklog.Quiet() // before the SDK reads its log settings
 	var debug bool
 	flag.BoolVar(&debug, "debug", false, "run the provider with support for debuggers like delve")
 	flag.Parse()

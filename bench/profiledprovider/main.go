@@ -5,7 +5,9 @@
 // exists to measure the provider's own share of a plan (BENCHMARKS.md,
 // "No-change plans"); build it with
 // `go build -o DIR/terraform-provider-queuey ./bench/profiledprovider` and
-// point a dev override at DIR.
+// point a dev override at DIR. It turns the SDK's logs off as the
+// released main does (internal/sdklog); a profile of the SDK's logging
+// needs TF_LOG_SDK=trace.
 package main
 
 import (
@@ -19,10 +21,12 @@ import (
 
 	"github.com/hashicorp/terraform-plugin-framework/providerserver"
 
+	"github.com/queuey/terraform-provider-queuey/internal/sdklog"
 	"github.com/queuey/terraform-provider-queuey/provider"
 )
 
 func main() {
+	sdklog.Quiet() // as the released main does
 	if path := os.Getenv("QUEUEY_CPUPROFILE"); path != "" {
 		f, err := os.Create(path)
 		if err != nil {
