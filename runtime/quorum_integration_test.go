@@ -74,7 +74,7 @@ func TestIntegrationQuorumSetIsReplicatedAndRuns(t *testing.T) {
 		t.Errorf("hold queue %s: %+v, %v; want a classic queue (a quorum queue's x-expires is not renewed by a redeclare)", hold, q, err)
 	}
 	e.start(set, ws, &queuey.WorkerOptions{})
-	wkEventually(t, 20*time.Second, func() bool { return runs.len() == jobs }, "all %d jobs to run (ran %d)", jobs, runs.len())
+	wkEventually(t, 20*time.Second, func() bool { return runs.len() == jobs }, "all %d jobs to run (ran %d)", jobs, runs.len)
 }
 
 // A job a quorum queue redelivered so often that one more return would make

@@ -132,7 +132,7 @@ func (e *wkEnv) getAll(queue string) []amqp.Delivery {
 // waitDead waits until queue holds n messages and takes them.
 func (e *wkEnv) waitDead(queue string, n int, within time.Duration) []amqp.Delivery {
 	e.t.Helper()
-	wkEventually(e.t, within, func() bool { return e.ready(queue) >= n }, "%s to hold %d dead letters (holds %d)", queue, n, e.ready(queue))
+	wkEventually(e.t, within, func() bool { return e.ready(queue) >= n }, "%s to hold %d dead letters (holds %d)", queue, n, func() int { return e.ready(queue) })
 	got := e.getAll(queue)
 	if len(got) != n {
 		e.t.Fatalf("%s holds %d messages, want %d", queue, len(got), n)
@@ -216,11 +216,20 @@ func (e *wkEnv) connectionsOf(want int) []string {
 	return names
 }
 
+// wkEventually waits within for cond, and fails the test with format and
+// args when it runs out. An arg that is a func() int is called then, so
+// that a count in the message is the one the wait ended on, not the one it
+// began with.
 func wkEventually(t testing.TB, within time.Duration, cond func() bool, format string, args ...any) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for !cond() {
 		if time.Now().After(deadline) {
+			for i, a := range args {
+				if f, ok := a.(func() int); ok {
+					args[i] = f()
+				}
+			}
 			t.Fatalf("timed out after %s waiting for "+format, append([]any{within}, args...)...)
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -826,7 +835,7 @@ func TestIntegrationWorkerReconnectsAfterConnectionKilled(t *testing.T) {
 	if killedAt == total {
 		t.Fatal("every job was done before the connections were killed: the test proves nothing")
 	}
-	wkEventually(t, 60*time.Second, func() bool { return count() == total }, "every job handled after the reconnect (%d of %d)", count(), total)
+	wkEventually(t, 60*time.Second, func() bool { return count() == total }, "every job handled after the reconnect (%d of %d)", count, total)
 	if len(e.log.find("connection re-established")) == 0 {
 		t.Errorf("no reconnect was logged")
 	}
@@ -890,7 +899,7 @@ func TestIntegrationWorkerResumesAfterQueueRecreated(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	wkEventually(t, 15*time.Second, func() bool { return ok.len() == 6 }, "the jobs sent after the queue came back (%d of 6)", ok.len())
+	wkEventually(t, 15*time.Second, func() bool { return ok.len() == 6 }, "the jobs sent after the queue came back (%d of 6)", ok.len)
 	if len(e.log.find("subscribed to the work queue again")) == 0 {
 		t.Errorf("the resubscription was not logged")
 	}
@@ -959,7 +968,7 @@ func TestIntegrationWorkerIsCancelledNotMovedWhenItsQueueIsReplaced(t *testing.T
 		}
 	}
 	wkEventually(t, 15*time.Second, func() bool { return ok.len() == 4 },
-		"the jobs enqueued onto the new queue (%d of 3 handled): the pool's consumer was moved onto it, not cancelled", ok.len()-1)
+		"the jobs enqueued onto the new queue (%d of 3 handled): the pool's consumer was moved onto it, not cancelled", func() int { return ok.len() - 1 })
 	if len(e.log.find("broker cancelled the consumer")) == 0 {
 		t.Errorf("the pool did not log the broker's cancellation")
 	}
@@ -1154,7 +1163,7 @@ func TestIntegrationWorkerStopTimeoutRequeuesRunningJobs(t *testing.T) {
 	}
 	// The three running jobs are back in the work queue at attempt 1,
 	// beside the two never pulled.
-	wkEventually(t, 5*time.Second, func() bool { return e.ready(work) == 5 }, "all five jobs in the work queue (%d)", e.ready(work))
+	wkEventually(t, 5*time.Second, func() bool { return e.ready(work) == 5 }, "all five jobs in the work queue (%d)", func() int { return e.ready(work) })
 	attempts := map[int]int{}
 	redelivered := 0
 	for _, d := range e.getAll(work) {
