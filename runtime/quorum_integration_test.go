@@ -31,11 +31,7 @@ func TestIntegrationQuorumSetIsReplicatedAndRuns(t *testing.T) {
 	e := wkSetup(t, "quorum")
 	set := e.set(queuey.QueueConfig{Name: "jobs", QueueType: queuey.QueueTypeQuorum})
 	var runs wkRuns
-	ws := queuey.NewWorkers()
-	queuey.AddWorker(ws, queuey.WorkFunc[wkOK](func(_ context.Context, j *queuey.Job[wkOK]) error {
-		runs.add(j.JobContext)
-		return nil
-	}))
+	ws := recordingWorkers(&runs)
 	p := e.producer(set)
 	ctx := context.Background()
 	const jobs = 20
@@ -115,11 +111,7 @@ func TestIntegrationQuorumDeliveryLimitDeadLettersUnrun(t *testing.T) {
 		}
 	}
 	var runs wkRuns
-	ws := queuey.NewWorkers()
-	queuey.AddWorker(ws, queuey.WorkFunc[wkOK](func(_ context.Context, j *queuey.Job[wkOK]) error {
-		runs.add(j.JobContext)
-		return nil
-	}))
+	ws := recordingWorkers(&runs)
 	e.start(set, ws, &queuey.WorkerOptions{Retry: &queuey.RetryPolicy{MaxAttempts: 25, Base: 10 * time.Millisecond, Max: 10 * time.Millisecond}})
 	got := e.waitDead(dead, 1, 15*time.Second)
 	reason, _ := got[0].Headers[topology.HeaderDeathReason].(string)

@@ -296,11 +296,7 @@ func TestIntegrationWorkerDeclaresItsDeletedQueueAgain(t *testing.T) {
 	set := e.set(queuey.QueueConfig{Name: "jobs", Prefetch: 1, MaxPriority: 5})
 	work := set.WorkQueue("jobs")
 	var runs wkRuns
-	ws := queuey.NewWorkers()
-	queuey.AddWorker(ws, queuey.WorkFunc[wkOK](func(_ context.Context, j *queuey.Job[wkOK]) error {
-		runs.add(j.JobContext)
-		return nil
-	}))
+	ws := recordingWorkers(&runs)
 	e.start(set, ws, &queuey.WorkerOptions{})
 	exists := func(name string) bool {
 		_, err := e.mgmt.GetQueue("/", name)

@@ -335,6 +335,16 @@ func (r *wkRuns) add(jc queuey.JobContext) {
 	r.mu.Unlock()
 }
 
+// recordingWorkers handles wkOK jobs by recording each run in runs.
+func recordingWorkers(runs *wkRuns) *queuey.Workers {
+	ws := queuey.NewWorkers()
+	queuey.AddWorker(ws, queuey.WorkFunc[wkOK](func(_ context.Context, j *queuey.Job[wkOK]) error {
+		runs.add(j.JobContext)
+		return nil
+	}))
+	return ws
+}
+
 func (r *wkRuns) len() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -666,11 +676,7 @@ func TestIntegrationWorkerMalformedAndUnknownDoNotStall(t *testing.T) {
 	set := e.set(queuey.QueueConfig{Name: "jobs", Prefetch: 1})
 	work, dead := set.WorkQueue("jobs"), set.DeadQueue("jobs")
 	var ok wkRuns
-	ws := queuey.NewWorkers()
-	queuey.AddWorker(ws, queuey.WorkFunc[wkOK](func(_ context.Context, j *queuey.Job[wkOK]) error {
-		ok.add(j.JobContext)
-		return nil
-	}))
+	ws := recordingWorkers(&ok)
 	p := e.producer(set)
 	garbage := []byte("this is not an envelope {")
 	e.publishRaw(work, garbage)
@@ -864,11 +870,7 @@ func TestIntegrationWorkerResumesAfterQueueRecreated(t *testing.T) {
 	set := e.set(qc)
 	work := set.WorkQueue("jobs")
 	var ok wkRuns
-	ws := queuey.NewWorkers()
-	queuey.AddWorker(ws, queuey.WorkFunc[wkOK](func(_ context.Context, j *queuey.Job[wkOK]) error {
-		ok.add(j.JobContext)
-		return nil
-	}))
+	ws := recordingWorkers(&ok)
 	e.start(set, ws, &queuey.WorkerOptions{})
 	p := e.producer(set)
 	ctx := context.Background()
@@ -920,11 +922,7 @@ func TestIntegrationWorkerIsCancelledNotMovedWhenItsQueueIsReplaced(t *testing.T
 	set := e.set(queuey.QueueConfig{Name: "jobs", MaxPriority: queuey.NoPriority})
 	work := set.WorkQueue("jobs")
 	var ok wkRuns
-	ws := queuey.NewWorkers()
-	queuey.AddWorker(ws, queuey.WorkFunc[wkOK](func(_ context.Context, j *queuey.Job[wkOK]) error {
-		ok.add(j.JobContext)
-		return nil
-	}))
+	ws := recordingWorkers(&ok)
 	e.start(set, ws, &queuey.WorkerOptions{})
 	p := e.producer(set)
 	ctx := context.Background()
