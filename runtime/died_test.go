@@ -3,6 +3,7 @@ package queuey
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -130,5 +131,42 @@ func TestConsumerTimeoutRedeliveries(t *testing.T) {
 	o = overranOutcome(JobContext{Attempt: 2}, time.Minute, policy, time.Second, nil)
 	if o.Action != ActionDeadLetter || o.Reason != "max attempts (2) exhausted after attempt 2: job outlived the broker's consumer timeout (1m0s)" {
 		t.Errorf("outlived on attempt 2 of 2: %+v", o)
+	}
+}
+
+// closedAck is the acknowledger of a delivery whose channel the broker has
+// closed: every ack and nack fails.
+type closedAck struct{}
+
+func (closedAck) Ack(uint64, bool) error        { return amqp.ErrClosed }
+func (closedAck) Nack(uint64, bool, bool) error { return amqp.ErrClosed }
+func (closedAck) Reject(uint64, bool) error     { return amqp.ErrClosed }
+
+// A job that only shared a channel the broker closed for its
+// consumer_timeout, and whose handler finished just as the channel closed,
+// fails its ack, and the broker delivers it again. The subscription must
+// still count it among the channel's deliveries (a bystander) when the pool
+// sorts them, or its redelivery counts as a death: an attempt it never
+// used. Seen in the fault suite: 6 acks failed on the closed channel, 5
+// deliveries were counted, and one job ran again at attempt 2. A delivery
+// whose ack was written is no longer counted.
+func TestAFailedAckKeepsTheDeliveryAmongTheChannels(t *testing.T) {
+	t.Parallel()
+	b := setupSettle(t, nil)
+	s := &subscription{pool: b.pool, q: b.q, held: map[uint64]heldDelivery{}}
+	for tag, acker := range map[uint64]amqp.Acknowledger{1: fakeAck{b.events}, 2: closedAck{}} {
+		id := fmt.Sprint("job-", tag)
+		s.held[tag] = heldDelivery{id: id, at: time.Now()}
+		b.pool.sem <- struct{}{} // serve's part: a place of the concurrency
+		s.inflight.Add(1)
+		s.handleHeld(amqp.Delivery{Acknowledger: acker, DeliveryTag: tag, MessageId: id, ContentType: "application/json", Type: "plain",
+			Body: envelopeBody(t, "plain", "p.q1", 1, plainArgs{N: 0})}, nil)
+	}
+	if got := strings.Join(*b.events, ","); got != "ack" {
+		t.Fatalf("events %s, want job-1 acked", got)
+	}
+	culprits, bystanders := s.overran(time.Minute)
+	if len(culprits) != 0 || fmt.Sprint(bystanders) != "[job-2]" {
+		t.Errorf("culprits %v, bystanders %v; want job-2 alone, whose ack failed, among the bystanders", culprits, bystanders)
 	}
 }

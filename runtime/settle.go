@@ -163,7 +163,9 @@ func (s *subscription) deadLetter(logCtx context.Context, d amqp.Delivery, o Out
 // ack acknowledges d, and returns the error when it could not.
 func (s *subscription) ack(d amqp.Delivery, o Outcome) error {
 	err := d.Ack(false)
-	if err != nil {
+	if err == nil {
+		s.settled(d)
+	} else {
 		// The channel is gone, and with it the delivery: the broker
 		// delivers the job again, so it may run (or be republished) twice.
 		s.pool.log.Warn("queuey: could not acknowledge a settled job; the broker will deliver it again", append(s.settleAttrs(o), "action", o.Action, "error", err)...)
@@ -223,6 +225,8 @@ func (s *subscription) giveBack(d amqp.Delivery, o Outcome) bool {
 		s.pool.log.Warn("queuey: could not publish the job back to its queue; requeueing it, so its redelivery counts as an attempt", append(s.settleAttrs(o), "error", err)...)
 		if err := d.Nack(false, true); err != nil {
 			s.pool.log.Warn("queuey: could not return the job to its queue; the broker will deliver it again when the channel closes", append(s.settleAttrs(o), "error", err)...)
+		} else {
+			s.settled(d)
 		}
 		return true
 	}

@@ -35,8 +35,10 @@ type subscription struct {
 	closes <-chan *amqp.Error
 	mu     sync.Mutex
 	gone   bool // a cancellation was read from cancels; under mu
-	// held are the deliveries taken and not yet settled, by delivery
-	// tag, with their message id and when they were taken; under mu. Read
+	// held are the deliveries taken and not yet acknowledged or returned
+	// to the broker, by delivery tag, with their message id and when they
+	// were taken; under mu. A delivery whose ack or nack failed (the
+	// channel closed under it) stays: the broker delivers it again. Read
 	// only when the broker closed the channel for its consumer_timeout.
 	held map[uint64]heldDelivery
 
@@ -188,6 +190,11 @@ func (s *subscription) handleHeld(d amqp.Delivery, r *runner) {
 	defer s.inflight.Done()
 	defer func() { <-s.pool.sem }()
 	s.handle(d, r)
+}
+
+// settled records that d's ack or nack was written: the broker will not
+// deliver it again for this channel's close (see held).
+func (s *subscription) settled(d amqp.Delivery) {
 	s.mu.Lock()
 	delete(s.held, d.DeliveryTag)
 	s.mu.Unlock()
